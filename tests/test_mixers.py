@@ -1,0 +1,83 @@
+"""The shared harness: every registered mixer is checked for the same invariants,
+so a new mixer is one file + one registry line and is tested here for free."""
+import pytest
+import torch
+
+import zoo
+from zoo import MIXERS
+
+NAMES = sorted(MIXERS)
+D = 64
+
+
+def small_model(mixer: str, **kw) -> zoo.ModelConfig:
+    base = dict(vocab_size=97, d_model=D, n_layers=2, mixer=mixer, max_len=64)
+    return zoo.ModelConfig(**{**base, **kw})
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("B,L", [(1, 1), (2, 7), (3, 37)])
+def test_shape_and_dtype(name, dtype, B, L):
+    m = MIXERS[name](D).to(dtype)
+    y = m(torch.randn(B, L, D, dtype=dtype))
+    assert y.shape == (B, L, D) and y.dtype == dtype
+    assert torch.isfinite(y.float()).all()
+    assert isinstance(m.backend, str) and m.backend
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_mixer_is_causal(name):
+    zoo.check_mixer_causal(MIXERS[name](D))
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("block", ["prenorm", "postnorm"])
+def test_model_is_causal(name, block):
+    zoo.assert_causal(zoo.build_model(small_model(name, block=block), seed=0))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_parameter_gets_a_gradient(name):
+    # A parameter that never receives a gradient is dead weight that still counts
+    # in the parameter match: that would make a comparison unfair.
+    m = MIXERS[name](D)
+    m(torch.randn(2, 19, D)).square().mean().backward()
+    dead = [n for n, p in m.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    assert not dead, f"{name}: parameters without gradient: {dead}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_same_seed_same_logits(name):
+    cfg = small_model(name)
+    tokens = torch.randint(cfg.vocab_size, (2, 33))
+    a = zoo.build_model(cfg, seed=3)(tokens)
+    b = zoo.build_model(cfg, seed=3)(tokens)
+    c = zoo.build_model(cfg, seed=4)(tokens)
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_match_params_against_attention(name):
+    base = zoo.ModelConfig(vocab_size=1000, d_model=128, n_layers=4, d_ff=512, max_len=128)
+    match = zoo.match_params(base, name, knob="d_model", tol=0.02)
+    assert abs(match.rel_diff) <= 0.02
+    assert match.config.mixer == name and match.knob == "d_model"
+    assert zoo.count_params(zoo.build_model(match.config)) == match.params
+    assert match.base_params == zoo.count_params(zoo.build_model(base))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_unknown_option_lists_valid_ones(name):
+    with pytest.raises(ValueError, match="valid options") as err:
+        MIXERS[name](D, no_such_option=1)
+    for option in MIXERS[name].option_names:
+        assert option in str(err.value)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_state_size_is_reported(name):
+    m = MIXERS[name](D)
+    short, long = m.state_size(256), m.state_size(4096)
+    assert isinstance(short, int) and 0 < short <= long

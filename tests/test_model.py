@@ -1,0 +1,117 @@
+"""Backbone, configs, parameter counting/matching and the causality checker itself."""
+import pytest
+import torch
+
+import zoo
+
+
+def paper_transformer(**kw) -> zoo.ModelConfig:
+    # Paper Table 1: 6 layers, d=256, d_ff=1024, 4 heads, WordPiece vocab, 128 positions.
+    return zoo.ModelConfig(**{**dict(vocab_size=30522, d_model=256, n_layers=6, d_ff=1024,
+                                     max_len=128, mixer_options={"n_heads": 4}), **kw})
+
+
+def test_paper_transformer_has_12_59M_parameters():
+    n = zoo.count_params(zoo.build_model(paper_transformer()))
+    assert n == 12_585_472 and round(n / 1e6, 2) == 12.59
+    assert zoo.config_params(paper_transformer()) == n  # meta-device count agrees
+
+
+def test_count_without_embeddings():
+    model = zoo.build_model(paper_transformer())
+    n_emb = 30522 * 256 + 128 * 256
+    assert zoo.count_params(model, include_embeddings=False) == 12_585_472 - n_emb
+
+
+def test_forward_contract():
+    cfg = zoo.ModelConfig(vocab_size=50, d_model=32, n_layers=2, max_len=16)
+    logits = zoo.build_model(cfg)(torch.randint(50, (3, 16)))
+    assert logits.shape == (3, 16, 50)
+    with pytest.raises(ValueError, match="max_len"):
+        zoo.build_model(cfg)(torch.randint(50, (1, 17)))
+
+
+def test_untied_head_and_no_positions():
+    cfg = zoo.ModelConfig(vocab_size=50, d_model=32, n_layers=1, tie_embeddings=False, positions="none")
+    m = zoo.build_model(cfg)
+    assert m.head.weight is not m.tok.weight and m.pos is None
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(d_modle=64), "unknown field.*d_modle.*valid fields"),
+    (dict(mixer="transformer"), "mixer='transformer'.*choose one of"),
+    (dict(block="sandwich"), "block='sandwich'.*prenorm"),
+    (dict(mixer_options={"heads": 4}), "unknown option.*heads.*valid options"),
+    (dict(n_layers=2, layer_options=({},)), "layer_options has 1 entries"),
+    (dict(d_ff=-1), "d_ff"),
+])
+def test_config_errors_name_the_field(bad, message):
+    with pytest.raises(ValueError, match=message):
+        zoo.ModelConfig(**bad)
+
+
+def test_from_dict_rejects_unknown_keys():
+    with pytest.raises(ValueError, match="valid fields"):
+        zoo.ModelConfig.from_dict({"d_model": 64, "n_head": 4})
+    assert zoo.ModelConfig.from_dict({"d_model": 64}).d_model == 64
+
+
+def test_heads_must_divide_d_model():
+    with pytest.raises(ValueError, match="not divisible"):
+        zoo.build_model(zoo.ModelConfig(d_model=30, mixer_options={"n_heads": 4}))
+
+
+def test_unknown_mixer_lists_valid_ones():
+    with pytest.raises(ValueError, match="valid mixers"):
+        zoo.build_mixer("transformer", 64)
+
+
+@pytest.mark.parametrize("knob", ["d_model", "n_layers", "d_ff"])
+def test_match_params_moves_one_knob(knob):
+    base = paper_transformer(n_layers=4)
+    m = zoo.match_params(base, "sliding_window", knob=knob, mixer_options={"window": 8, "n_heads": 2})
+    assert m.knob == knob and abs(m.rel_diff) <= 0.02
+    assert getattr(m.config, knob) == m.value
+    assert m.config.mixer_options == {"window": 8, "n_heads": 2}
+    assert "sliding_window" in str(m) and "base" in str(m)
+
+
+def test_match_params_errors():
+    base = paper_transformer(n_layers=2)
+    with pytest.raises(ValueError, match="valid knobs"):
+        zoo.match_params(base, "attention", knob="width")
+    with pytest.raises(ValueError, match="cannot match within tol"):
+        # moving n_layers changes the count in steps far larger than 0.01%
+        zoo.match_params(base, "attention", knob="n_layers", tol=1e-4, d_ff=1000)
+
+
+def test_layer_options_reach_each_layer():
+    cfg = zoo.ModelConfig(d_model=32, n_layers=2, mixer="sliding_window",
+                          layer_options=({"window": 2}, {"window": 5}))
+    m = zoo.build_model(cfg)
+    assert [b.mixer.window for b in m.blocks] == [2, 5]
+
+
+def test_backends_are_observable():
+    m = zoo.build_model(zoo.ModelConfig(vocab_size=20, d_model=32, n_layers=2))
+    m(torch.randint(20, (1, 5)))
+    assert m.backends() == {"0": "sdpa", "1": "sdpa"}
+
+
+def test_causality_checker_catches_a_leak():
+    # The checker must be able to fail: a tiny dependence on the future is caught
+    # both by perturbation and by gradient.
+    def leaky(x):
+        return x + 1e-7 * x.roll(-1, dims=1)
+
+    with pytest.raises(zoo.CausalityError):
+        zoo.check_causal(leaky, torch.randn(1, 12, 3, dtype=torch.float64))
+    zoo.check_causal(lambda x: x.cumsum(1), torch.randn(1, 12, 3, dtype=torch.float64))
+
+
+def test_seed_does_not_touch_global_rng():
+    torch.manual_seed(1)
+    expected = torch.rand(1)
+    torch.manual_seed(1)
+    zoo.build_model(zoo.ModelConfig(vocab_size=20, d_model=32, n_layers=1), seed=5)
+    assert torch.equal(torch.rand(1), expected)

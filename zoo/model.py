@@ -1,0 +1,189 @@
+"""The causal LM backbone every mixer is compared in.
+
+A block is ``x = x + mixer(norm(x)); x = x + mlp(norm(x))`` (pre-LN, the default) or
+the paper's post-LN block ``h = LN(mix(h)); h = LN(h + FFN(h))``. In the post-LN
+block a mixer that carries its own residual (the Grassmann blend ``a*h + (1-a)*g``)
+is not given a second one; other mixers get the usual ``LN(h + mixer(h))``.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .config import StrictConfig, check_choice
+from .mixers import MIXERS, build_mixer
+
+ACTIVATIONS = ("gelu", "relu", "swiglu")
+
+
+@dataclass
+class ModelConfig(StrictConfig):
+    vocab_size: int = 8192
+    d_model: int = 256
+    n_layers: int = 4
+    mixer: str = "attention"
+    mixer_options: dict = field(default_factory=dict)
+    # Per-layer overrides merged over mixer_options, e.g. the paper's 12-layer
+    # Grassmann pattern [{"offsets": (1,)}, {"offsets": (1,)}, {"offsets": (2,)}, ...].
+    layer_options: tuple = ()
+    d_ff: int | None = None  # None: the mixer's convention (4 * d_model, or none for Mamba); 0: no MLP
+    activation: str = "gelu"
+    norm: str = "layernorm"  # or "rmsnorm"
+    block: str = "prenorm"  # or "postnorm" (the paper's)
+    positions: str = "learned"  # or "none"
+    max_len: int = 1024  # table size of learned positions
+    tie_embeddings: bool = True
+    dropout: float = 0.0
+
+    def __post_init__(self):
+        own = "ModelConfig"
+        check_choice(own, "mixer", self.mixer, sorted(MIXERS))
+        check_choice(own, "activation", self.activation, ACTIVATIONS)
+        check_choice(own, "norm", self.norm, ("layernorm", "rmsnorm"))
+        check_choice(own, "block", self.block, ("prenorm", "postnorm"))
+        check_choice(own, "positions", self.positions, ("learned", "none"))
+        for name in ("vocab_size", "d_model", "n_layers", "max_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{own}: {name} must be a positive integer, got {value!r}")
+        if self.d_ff is not None and (not isinstance(self.d_ff, int) or self.d_ff < 0):
+            raise ValueError(f"{own}: d_ff must be None, 0 (no MLP) or positive, got {self.d_ff!r}")
+        if self.layer_options and len(self.layer_options) != self.n_layers:
+            raise ValueError(
+                f"{own}: layer_options has {len(self.layer_options)} entries for n_layers={self.n_layers}"
+            )
+        valid = MIXERS[self.mixer].option_names
+        for opts in (self.mixer_options, *self.layer_options):
+            unknown = sorted(set(opts) - set(valid))
+            if unknown:
+                raise ValueError(
+                    f"{own}: unknown option(s) {unknown} for mixer {self.mixer!r}; valid options: {sorted(valid)}"
+                )
+
+    @property
+    def ffn_width(self) -> int:
+        if self.d_ff is None:
+            return 4 * self.d_model if MIXERS[self.mixer].uses_mlp else 0
+        return self.d_ff
+
+    def options_for_layer(self, i: int) -> dict:
+        return {**self.mixer_options, **(self.layer_options[i] if self.layer_options else {})}
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        rms = x.float().pow(2).mean(-1, keepdim=True).add(self.eps).rsqrt()
+        return (x.float() * rms).to(x.dtype) * self.weight
+
+
+def make_norm(cfg: ModelConfig) -> nn.Module:
+    return nn.LayerNorm(cfg.d_model) if cfg.norm == "layernorm" else RMSNorm(cfg.d_model)
+
+
+class MLP(nn.Module):
+    def __init__(self, d: int, width: int, activation: str, dropout: float):
+        super().__init__()
+        self.activation = activation
+        self.up = nn.Linear(d, 2 * width if activation == "swiglu" else width)
+        self.down = nn.Linear(width, d)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x):  # (B, L, D)
+        h = self.up(x)
+        if self.activation == "swiglu":
+            a, b = h.chunk(2, dim=-1)
+            h = F.silu(a) * b
+        else:
+            h = F.gelu(h) if self.activation == "gelu" else F.relu(h)
+        return self.drop(self.down(h))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.prenorm = cfg.block == "prenorm"
+        self.norm1 = make_norm(cfg)
+        self.mixer = build_mixer(cfg.mixer, cfg.d_model, **cfg.options_for_layer(layer))
+        self.mlp = MLP(cfg.d_model, cfg.ffn_width, cfg.activation, cfg.dropout) if cfg.ffn_width else None
+        self.norm2 = make_norm(cfg) if self.mlp is not None else None
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x):  # (B, L, D)
+        if self.prenorm:
+            x = x + self.drop(self.mixer(self.norm1(x)))
+            if self.mlp is not None:
+                x = x + self.mlp(self.norm2(x))
+            return x
+        mixed = self.drop(self.mixer(x))
+        x = self.norm1(mixed if self.mixer.includes_residual else x + mixed)
+        if self.mlp is not None:
+            x = self.norm2(x + self.mlp(x))
+        return x
+
+
+class LM(nn.Module):
+    """tokens (B, L) -> logits (B, L, V). ``embed`` and ``forward_embedded`` split
+    the forward so that causality can be checked by gradients on the embeddings."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos = nn.Embedding(cfg.max_len, cfg.d_model) if cfg.positions == "learned" else None
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
+        self.norm_f = make_norm(cfg)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.head.weight = self.tok.weight
+        self.apply(_init_weights)
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        L = tokens.shape[1]
+        h = self.tok(tokens)  # (B, L, D)
+        if self.pos is not None:
+            if L > self.cfg.max_len:
+                raise ValueError(f"sequence length {L} exceeds max_len={self.cfg.max_len} of learned positions")
+            h = h + self.pos(torch.arange(L, device=tokens.device))
+        return self.drop(h)
+
+    def forward_embedded(self, h: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            h = block(h)
+        return self.head(self.norm_f(h))  # (B, L, V)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.forward_embedded(self.embed(tokens))
+
+    def backends(self) -> dict[str, str]:
+        """The implementation each layer's mixer ran in its last forward, e.g. {"0": "sdpa"}."""
+        return {str(i): b.mixer.backend for i, b in enumerate(self.blocks)}
+
+    def state_size(self, seq_len: int) -> int:
+        return sum(b.mixer.state_size(seq_len) for b in self.blocks)
+
+
+def _init_weights(m: nn.Module) -> None:
+    # Embeddings get GPT-2's N(0, 0.02) (PyTorch's N(0, 1) makes tied logits huge);
+    # linear layers keep PyTorch's default and every mixer keeps its own init.
+    if isinstance(m, nn.Embedding):
+        nn.init.normal_(m.weight, std=0.02)
+
+
+def build_model(cfg: ModelConfig, seed: int | None = None) -> LM:
+    """Build the LM; with ``seed`` the init is reproducible without touching the
+    caller's global RNG state."""
+    ctx = torch.random.fork_rng(devices=[]) if seed is not None else contextlib.nullcontext()
+    with ctx:
+        if seed is not None:
+            torch.manual_seed(seed)
+        return LM(cfg)

@@ -1,0 +1,4 @@
+"""Public scan cores, with the argument layouts of the established references
+(mamba_ssm's selective_scan_ref, flash-linear-attention's naive_recurrent_rwkv6)
+so they can be checked against them and swapped for the CUDA kernels."""
+from .optional import optional
