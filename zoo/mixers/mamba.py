@@ -1,0 +1,93 @@
+"""Mamba-1 (Gu & Dao, 2023): a gated selective state-space block.
+
+in_proj -> (x, z); x -> causal depthwise conv -> SiLU -> x_proj -> (dt, B, C);
+dt -> dt_proj (+ bias, softplus inside the scan); selective scan over x with
+A = -exp(A_log), skip D, gate silu(z); out_proj. Layout and initialisation follow
+mamba_ssm's ``Mamba`` so its fused CUDA kernels can run on the same parameters.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..ops.optional import optional
+from ..ops.selective_scan import selective_scan, selective_scan_cuda
+from .base import Mixer, check_positive
+
+mamba_inner_fn = optional("mamba_ssm.ops.selective_scan_interface", "mamba_inner_fn")
+causal_conv1d_fn = optional("causal_conv1d", "causal_conv1d_fn")
+
+# Initial step sizes softplus(dt_proj.bias) are log-uniform in [DT_MIN, DT_MAX].
+DT_MIN, DT_MAX, DT_FLOOR = 1e-3, 0.1, 1e-4
+
+
+class Mamba(Mixer):
+    name = "mamba"
+    uses_mlp = False  # Mamba blocks conventionally have no MLP
+
+    def __init__(self, d_model: int, d_state: int = 16, d_conv: int = 4, expand: int = 2,
+                 dt_rank: int | str = "auto", chunk_size: int = 64):
+        super().__init__()
+        for option, value in (("d_state", d_state), ("d_conv", d_conv), ("expand", expand),
+                              ("chunk_size", chunk_size)):
+            check_positive(self.name, value, option)
+        if dt_rank == "auto":
+            dt_rank = math.ceil(d_model / 16)
+        check_positive(self.name, dt_rank, "dt_rank (or 'auto')")
+        self.d_model, self.d_state, self.d_conv = d_model, d_state, d_conv
+        self.d_inner, self.dt_rank, self.chunk_size = expand * d_model, dt_rank, chunk_size
+        di = self.d_inner
+
+        self.in_proj = nn.Linear(d_model, 2 * di, bias=False)
+        self.conv1d = nn.Conv1d(di, di, d_conv, groups=di, padding=d_conv - 1, bias=True)
+        self.x_proj = nn.Linear(di, dt_rank + 2 * d_state, bias=False)
+        self.dt_proj = nn.Linear(dt_rank, di, bias=True)
+        self.out_proj = nn.Linear(di, d_model, bias=False)
+
+        # dt_proj keeps the variance of dt at init; its bias is the inverse softplus of
+        # log-uniform step sizes, so each channel starts with its own time scale.
+        std = dt_rank ** -0.5
+        nn.init.uniform_(self.dt_proj.weight, -std, std)
+        log_dt = torch.rand(di) * (math.log(DT_MAX) - math.log(DT_MIN)) + math.log(DT_MIN)
+        dt = torch.exp(log_dt).clamp(min=DT_FLOOR)
+        with torch.no_grad():
+            self.dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))
+        self.dt_proj.bias._no_reinit = True  # a backbone's generic init must not zero it
+
+        # S4D-real: A = -(1, 2, ..., d_state) in every channel, stored as log(-A).
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, d_state + 1.0)).repeat(di, 1))
+        self.D = nn.Parameter(torch.ones(di))
+        self.A_log._no_weight_decay = self.D._no_weight_decay = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, L, _ = x.shape
+        xz = self.in_proj(x).transpose(1, 2)  # (B, 2*di, L): the scan wants L innermost
+        A = -torch.exp(self.A_log.float())  # (di, N), fp32 whatever the module dtype
+        D, dt_bias = self.D.float(), self.dt_proj.bias.float()
+
+        on_kernels = x.is_cuda and x.dtype != torch.float64  # the kernels have no fp64
+        if mamba_inner_fn is not None and causal_conv1d_fn is not None and on_kernels:
+            self.backend = "mamba_ssm"  # fused conv + projections + scan, CUDA only
+            return mamba_inner_fn(xz, self.conv1d.weight, self.conv1d.bias, self.x_proj.weight,
+                                  self.dt_proj.weight, self.out_proj.weight, self.out_proj.bias,
+                                  A, None, None, D, delta_bias=dt_bias, delta_softplus=True)
+
+        # selective_scan itself runs the CUDA scan kernel when it can.
+        self.backend = "mamba_ssm_scan" if selective_scan_cuda is not None and on_kernels \
+            else "torch_chunked"
+        u, z = xz.chunk(2, dim=1)  # (B, di, L) each
+        u = F.silu(self.conv1d(u)[..., :L])  # causal: keep the outputs that see no future
+        dt, Bs, Cs = self.x_proj(u.transpose(1, 2)).split(
+            [self.dt_rank, self.d_state, self.d_state], dim=-1)  # (B, L, R), (B, L, N) x2
+        dt = F.linear(dt, self.dt_proj.weight).transpose(1, 2)  # (B, di, L), bias in the scan
+        y = selective_scan(u, dt, A, Bs.transpose(1, 2), Cs.transpose(1, 2), D, z=z,
+                           delta_bias=dt_bias, delta_softplus=True,
+                           chunk_size=self.chunk_size)  # (B, di, L)
+        return self.out_proj(y.transpose(1, 2))
+
+    def state_size(self, seq_len: int) -> int:
+        # The SSM state plus the last d_conv - 1 inputs of the convolution.
+        return self.d_inner * self.d_state + self.d_inner * (self.d_conv - 1)

@@ -1,0 +1,130 @@
+"""Selective scan, the S6 core of Mamba-1.
+
+Per channel d and state n, with input-dependent step size delta:
+
+    h_t = exp(delta_t * A) * h_{t-1} + delta_t * B_t * u_t        (d, n)
+    y_t = C_t . h_t  (+ D * u_t)  (* silu(z_t))
+
+Argument layouts and semantics are those of mamba_ssm's ``selective_scan_ref`` so
+the CUDA kernel ``selective_scan_fn`` is a drop-in replacement. The PyTorch path
+splits L into chunks: inside a chunk the recurrence is an associative scan over
+affine maps done by log-depth doubling; across chunks a short loop carries the
+state. Only products of per-step decays exp(delta*A) <= 1 are ever formed (never
+exp of a positive cumulative sum), so it is stable for any length and step size.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from .optional import optional
+
+selective_scan_cuda = optional("mamba_ssm.ops.selective_scan_interface", "selective_scan_fn")
+
+
+def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
+                   return_last_state=False, chunk_size=64):
+    """u, delta: (batch, dim, L); A: (dim, dstate) real;
+    B, C: (batch, dstate, L), grouped (batch, G, dstate, L) with dim % G == 0 (channel c
+    reads group c // (dim // G)), or time-invariant (dim, dstate);
+    D: (dim,); z: (batch, dim, L); delta_bias: (dim,).
+    Returns out (batch, dim, L) in u's dtype, and with ``return_last_state`` also the
+    final state (batch, dim, dstate) in the accumulation dtype (float32, or float64).
+    Runs mamba_ssm's CUDA kernel when it is importable and u is a CUDA tensor it
+    supports; otherwise ``selective_scan_chunked``."""
+    if selective_scan_cuda is not None and u.is_cuda and u.dtype != torch.float64:
+        # The kernel takes no chunk size, and (unlike the torch path) does not
+        # backpropagate through the returned last state.
+        return selective_scan_cuda(u, delta, A, B, C, D=D, z=z, delta_bias=delta_bias,
+                                   delta_softplus=delta_softplus,
+                                   return_last_state=return_last_state)
+    return selective_scan_chunked(u, delta, A, B, C, D, z, delta_bias, delta_softplus,
+                                  return_last_state, chunk_size)
+
+
+def selective_scan_chunked(u, delta, A, B, C, D=None, z=None, delta_bias=None,
+                           delta_softplus=False, return_last_state=False, chunk_size=64):
+    """Pure-PyTorch selective scan; same signature and results as ``selective_scan``.
+    Work and live memory per step of the chunk loop are O(batch*dim*chunk_size*dstate);
+    with autograd on, each chunk is recomputed in backward, so what is kept for the
+    backward pass is the inputs plus one (batch, dim, dstate) state per chunk."""
+    if not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"selective_scan: chunk_size must be a positive integer, got {chunk_size!r}")
+    if A.is_complex():
+        raise ValueError("selective_scan: complex A is not supported by the torch path")
+    batch, dim, L = u.shape
+    for name, X in (("B", B), ("C", C)):
+        if X.dim() == 4 and dim % X.shape[1]:
+            raise ValueError(f"selective_scan: dim={dim} is not divisible by the {X.shape[1]} "
+                             f"groups of {name}")
+    dtype_in = u.dtype
+    # Accumulate in fp32 for fp32/bf16/fp16 inputs, and keep fp64 for fp64 (tests).
+    acc = torch.float64 if dtype_in == torch.float64 else torch.float32
+    u, delta, A = u.to(acc), delta.to(acc), A.to(acc)
+    if delta_bias is not None:
+        delta = delta + delta_bias.to(acc)[:, None]
+    if delta_softplus:
+        delta = F.softplus(delta)
+
+    h = u.new_zeros(batch, dim, A.shape[1])  # (b, d, n) state carried across chunks
+    recompute = torch.is_grad_enabled()
+    ys = []
+    for t0 in range(0, L, chunk_size):
+        t = slice(t0, t0 + chunk_size)
+        args = (h, u[:, :, t], delta[:, :, t], A, _time_slice(B, t), _time_slice(C, t))
+        if recompute:
+            y, h = checkpoint(_scan_chunk, *args, use_reentrant=False)
+        else:
+            y, h = _scan_chunk(*args)
+        ys.append(y)
+    y = torch.cat(ys, dim=2) if ys else u.new_zeros(batch, dim, 0)  # (b, d, L)
+
+    if D is not None:
+        y = y + u * D.to(acc)[:, None]
+    if z is not None:
+        y = y * F.silu(z.to(acc))
+    out = y.to(dtype_in)
+    return (out, h) if return_last_state else out
+
+
+def _time_slice(X, t: slice):
+    return X if X.dim() == 2 else X[..., t]
+
+
+def _per_step(X, dim: int, dtype):
+    """B or C for the steps of one chunk, broadcastable against (b, d, T, n)."""
+    X = X.to(dtype)
+    if X.dim() == 2:  # (d, n): the same at every step
+        return X[None, :, None, :]
+    X = X.transpose(-1, -2)  # (b, T, n) or (b, G, T, n)
+    if X.dim() == 3:
+        return X[:, None]  # (b, 1, T, n): shared by all channels
+    return X.repeat_interleave(dim // X.shape[1], dim=1)  # (b, d, T, n)
+
+
+def _scan_chunk(h0, u, delta, A, B, C):
+    """One chunk of T steps from state h0 (b, d, n): returns y (b, d, T) and the last state."""
+    dim = u.shape[1]
+    dt = delta[..., None]  # (b, d, T, 1)
+    a = torch.exp(dt * A[:, None, :])  # (b, d, T, n) per-step decay
+    bu = dt * u[..., None] * _per_step(B, dim, u.dtype)  # (b, d, T, n) per-step input
+    a_cum, h = _affine_scan(a, bu)
+    h = h + a_cum * h0[:, :, None, :]  # add the carried state, decayed to each step
+    y = (h * _per_step(C, dim, u.dtype)).sum(-1)  # (b, d, T)
+    return y, h[:, :, -1]
+
+
+def _affine_scan(a, b):
+    """Inclusive scan of h_t = a_t h_{t-1} + b_t from h = 0 along dim 2, in ceil(log2 T)
+    steps (Hillis-Steele). After the step with offset k, position t holds the composition
+    of the maps t-2k+1 .. t: (a_t a_{t-k}, a_t b_{t-k} + b_t), with identity maps padded
+    in before the chunk start. Returns (a_1 ... a_t, h_t), both (b, d, T, n)."""
+    T, k = a.shape[2], 1
+    while k < T:
+        a_prev = F.pad(a[:, :, :-k], (0, 0, k, 0), value=1.0)  # identity map: a = 1, b = 0
+        b_prev = F.pad(b[:, :, :-k], (0, 0, k, 0))
+        b = b + a * b_prev
+        a = a * a_prev
+        k *= 2
+    return a, b
