@@ -1,0 +1,114 @@
+"""Mamba-2 (Dao & Gu, 2024): the SSD scan inside its gated block.
+
+    u -> in_proj -> [z | xBC | dt]
+    xBC -> causal depthwise conv -> SiLU -> [x | B | C]
+    y = SSD(x, dt, A, B, C) + D x                    (zoo.ops.ssd)
+    out = out_proj(RMSNorm(y * silu(z)))             (RMSNorm per group of channels)
+
+Parameters and initialisation follow mamba_ssm's ``Mamba2`` module (rmsnorm=True,
+norm_before_gate=False, no projection biases, conv bias). On CUDA with mamba_ssm and
+causal_conv1d importable, the whole block after in_proj runs as mamba_ssm's fused
+``mamba_split_conv1d_scan_combined``; otherwise the readable path below runs.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..ops.optional import optional
+from ..ops.ssd import ssd_backend, ssd_scan
+from .base import Mixer, check_positive
+
+mamba_split_conv1d_scan_combined = optional(
+    "mamba_ssm.ops.triton.ssd_combined", "mamba_split_conv1d_scan_combined")
+causal_conv1d_fn = optional("causal_conv1d", "causal_conv1d_fn")
+
+
+def gated_rmsnorm(y, z, weight, eps: float, ngroups: int):
+    """RMSNorm(y * silu(z)) * weight, the RMS taken over each of ``ngroups`` equal
+    slices of the channels (mamba_ssm's RMSNormGated, norm_before_gate=False).
+    y, z: (B, L, d_inner). Computed in (at least) float32, returned in y's dtype."""
+    cdt = torch.promote_types(y.dtype, torch.float32)
+    h = (y.to(cdt) * F.silu(z.to(cdt))).unflatten(-1, (ngroups, -1))  # (B, L, g, d_inner/g)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return (h.flatten(-2) * weight.to(cdt)).to(y.dtype)
+
+
+class Mamba2(Mixer):
+    """The Mamba-2 block. nheads = expand * d_model / headdim scalar-decay heads, each
+    with a (headdim, d_state) state; ngroups sets of (B, C) shared across heads."""
+
+    name = "mamba2"
+    uses_mlp = False  # Mamba blocks conventionally have no MLP
+
+    def __init__(self, d_model: int, d_state: int = 64, d_conv: int = 4, expand: int = 2,
+                 headdim: int = 32, ngroups: int = 1, chunk_size: int = 64):
+        super().__init__()
+        for option, value in [("d_state", d_state), ("d_conv", d_conv), ("expand", expand),
+                              ("headdim", headdim), ("ngroups", ngroups), ("chunk_size", chunk_size)]:
+            check_positive(self.name, value, option)
+        d_inner = expand * d_model
+        if d_inner % headdim:
+            raise ValueError(f"{self.name}: d_inner = expand * d_model = {d_inner} is not "
+                             f"divisible by headdim={headdim}")
+        nheads = d_inner // headdim
+        if nheads % ngroups:
+            raise ValueError(f"{self.name}: nheads = {nheads} is not divisible by ngroups={ngroups}")
+        self.d_model, self.d_state, self.d_conv, self.headdim = d_model, d_state, d_conv, headdim
+        self.d_inner, self.nheads, self.ngroups, self.chunk_size = d_inner, nheads, ngroups, chunk_size
+        self.conv_dim = d_inner + 2 * ngroups * d_state  # x, B and C all go through the conv
+        self.norm_eps = 1e-5
+
+        self.in_proj = nn.Linear(d_model, d_inner + self.conv_dim + nheads, bias=False)  # [z, xBC, dt]
+        self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, d_conv, groups=self.conv_dim,
+                                padding=d_conv - 1, bias=True)
+        # dt = softplus(dt_proj + dt_bias) starts log-uniform in [1e-3, 0.1]: the bias is
+        # the inverse softplus of such a sample (Mamba-2's init).
+        dt = torch.exp(torch.rand(nheads) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
+        dt = dt.clamp(min=1e-4)
+        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))
+        # A = -exp(A_log) in [-16, -1]: a spread of memory lengths across heads.
+        self.A_log = nn.Parameter(torch.log(torch.empty(nheads).uniform_(1, 16)))
+        self.D = nn.Parameter(torch.ones(nheads))
+        self.norm_weight = nn.Parameter(torch.ones(d_inner))
+        self.out_proj = nn.Linear(d_inner, d_model, bias=False)
+        for p in (self.dt_bias, self.A_log, self.D):
+            p._no_weight_decay = True  # as in mamba_ssm; honoured by optimisers that look
+
+    def _fused_ok(self, u: torch.Tensor) -> bool:
+        return (mamba_split_conv1d_scan_combined is not None and causal_conv1d_fn is not None
+                and u.is_cuda and u.dtype != torch.float64 and 2 <= self.d_conv <= 4)
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        Bsz, L, _ = u.shape  # (B, L, D)
+        zxbcdt = self.in_proj(u)  # (B, L, d_inner + conv_dim + nheads)
+        # (nheads,); at least float32 so bf16/fp16 weights cannot round A to -inf
+        A = -torch.exp(self.A_log.to(torch.promote_types(self.A_log.dtype, torch.float32)))
+        if self._fused_ok(u):
+            self.backend = "mamba_ssm"
+            return mamba_split_conv1d_scan_combined(
+                zxbcdt, self.conv1d.weight.squeeze(1), self.conv1d.bias, self.dt_bias, A, self.D,
+                self.chunk_size, activation="silu", rmsnorm_weight=self.norm_weight,
+                rmsnorm_eps=self.norm_eps, outproj_weight=self.out_proj.weight, headdim=self.headdim,
+                ngroups=self.ngroups, norm_before_gate=False)
+
+        z, xBC, dt = torch.split(zxbcdt, [self.d_inner, self.conv_dim, self.nheads], dim=-1)
+        # Left padding by d_conv - 1 and keeping the first L outputs makes the conv causal.
+        xBC = F.silu(self.conv1d(xBC.transpose(1, 2))[..., :L].transpose(1, 2))  # (B, L, conv_dim)
+        x, B, C = torch.split(xBC, [self.d_inner, self.ngroups * self.d_state,
+                                    self.ngroups * self.d_state], dim=-1)
+        self.backend = ssd_backend(x)
+        y = ssd_scan(
+            x.unflatten(-1, (self.nheads, self.headdim)), dt, A,
+            B.unflatten(-1, (self.ngroups, self.d_state)), C.unflatten(-1, (self.ngroups, self.d_state)),
+            chunk_size=self.chunk_size, D=self.D, dt_bias=self.dt_bias, dt_softplus=True,
+        )  # (B, L, nheads, headdim)
+        y = gated_rmsnorm(y.flatten(-2), z, self.norm_weight, self.norm_eps, self.ngroups)
+        return self.out_proj(y)
+
+    def state_size(self, seq_len: int) -> int:
+        # The SSM state plus the last d_conv - 1 inputs of the conv; independent of L.
+        return self.nheads * self.headdim * self.d_state + self.conv_dim * (self.d_conv - 1)
