@@ -1,0 +1,122 @@
+"""rwkv6_scan (chunked) against a step-by-step loop; RetNet's retention through it."""
+import pytest
+import torch
+
+from zoo.mixers.retnet import RetNet, retention
+from zoo.mixers.rwkv6 import RWKV6
+from zoo.ops import rwkv6_scan
+
+B, H, K, V = 2, 2, 4, 3
+
+
+def loop_rwkv6(q, k, v, w, u, scale, initial_state):
+    """One step at a time: o_t = (scale q_t) . (S + (u k_t)^T v_t); S <- exp(w_t) S + k_t^T v_t."""
+    S = initial_state.clone()  # (B, H, K, V)
+    outs = []
+    for t in range(q.shape[2]):
+        kv = k[:, :, t, :, None] * v[:, :, t, None, :]  # (B, H, K, V)
+        outs.append(torch.einsum("bhk,bhkv->bhv", q[:, :, t] * scale, S + u[..., None] * kv))
+        S = w[:, :, t, :, None].exp() * S + kv
+    return torch.stack(outs, dim=2), S
+
+
+def make_inputs(L, strong, dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, k, w = (torch.randn(B, H, L, K, generator=g, dtype=dtype) for _ in range(3))
+    v = torch.randn(B, H, L, V, generator=g, dtype=dtype)
+    # log decay: mild in [-1, 0), or -exp(U(-4, 3)) reaching about -20 per step
+    w = -torch.exp(3.5 * w.clamp(-1, 1) - 0.5) if strong else -torch.rand_like(w)
+    if strong:
+        w[0, 0, :, 0] = -20.0  # one channel forgets everything at every step
+    u = torch.randn(H, K, generator=g, dtype=dtype)
+    h0 = torch.randn(B, H, K, V, generator=g, dtype=dtype)
+    return q, k, v, w, u, h0
+
+
+@pytest.mark.parametrize("strong", [False, True], ids=["mild", "strong"])
+@pytest.mark.parametrize("chunk_size", [1, 4, 16, 64, 1000])
+@pytest.mark.parametrize("L", [1, 7, 63, 130])
+def test_matches_loop_with_gradients(L, chunk_size, strong):
+    inputs = [t.requires_grad_() for t in make_inputs(L, strong)]
+    q, k, v, w, u, h0 = inputs
+    o, S = rwkv6_scan(q, k, v, w, u, initial_state=h0, output_final_state=True,
+                      chunk_size=chunk_size)
+    o_ref, S_ref = loop_rwkv6(q, k, v, w, u, K ** -0.5, h0)  # fla's default scale
+    torch.testing.assert_close(o, o_ref, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(S, S_ref, rtol=1e-10, atol=1e-10)
+
+    do, dS = torch.randn_like(o), torch.randn_like(S)
+    grads = torch.autograd.grad((o * do).sum() + (S * dS).sum(), inputs)
+    grads_ref = torch.autograd.grad((o_ref * do).sum() + (S_ref * dS).sum(), inputs)
+    for name, g, g_ref in zip("q k v w u h0".split(), grads, grads_ref):
+        torch.testing.assert_close(g, g_ref, rtol=1e-9, atol=1e-9, msg=name)
+
+
+def test_defaults_scale_and_no_state():
+    q, k, v, w, u, _ = make_inputs(9, strong=False)
+    o, S = rwkv6_scan(q, k, v, w, u, scale=0.7)
+    assert S is None
+    o_ref, _ = loop_rwkv6(q, k, v, w, u, 0.7, torch.zeros(B, H, K, V, dtype=q.dtype))
+    torch.testing.assert_close(o, o_ref, rtol=1e-10, atol=1e-10)
+
+
+def test_float32_stable_under_strong_decay():
+    q, k, v, w, u, h0 = make_inputs(130, strong=True)
+    o_ref, S_ref = loop_rwkv6(q, k, v, w, u, K ** -0.5, h0)
+    w32 = w.float() - 20.0 * (torch.rand_like(w.float()) < 0.3)  # even harsher: -40 steps
+    o, S = rwkv6_scan(*(t.float() for t in (q, k, v)), w32, u.float(),
+                      initial_state=h0.float(), output_final_state=True, chunk_size=64)
+    assert torch.isfinite(o).all() and torch.isfinite(S).all()
+    o_ref, S_ref = loop_rwkv6(q, k, v, w32.double(), u, K ** -0.5, h0)
+    torch.testing.assert_close(o, o_ref.float(), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(S, S_ref.float(), rtol=1e-4, atol=1e-4)
+
+
+def test_bfloat16_smoke():
+    q, k, v, w, u, h0 = make_inputs(37, strong=True)
+    o, S = rwkv6_scan(*(t.bfloat16() for t in (q, k, v, w, u)), initial_state=h0,
+                      output_final_state=True)
+    assert o.dtype == torch.bfloat16 and S.dtype == torch.float32  # fp32 accumulation
+    o_ref, S_ref = loop_rwkv6(*(t.bfloat16().double() for t in (q, k, v, w, u)), K ** -0.5, h0)
+    torch.testing.assert_close(o.double(), o_ref, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(S.double(), S_ref, rtol=1e-4, atol=1e-4)
+
+
+def test_retention_through_rwkv6_scan_matches_loop():
+    L, Kr, Vr = 45, 4, 6
+    g = torch.Generator().manual_seed(1)
+    q, k = (torch.randn(B, H, L, Kr, generator=g, dtype=torch.float64) for _ in range(2))
+    v = torch.randn(B, H, L, Vr, generator=g, dtype=torch.float64)
+    gamma = torch.tensor([1 - 2 ** -5, 0.5], dtype=torch.float64)  # (H,)
+    h0 = torch.randn(B, H, Kr, Vr, generator=g, dtype=torch.float64)
+    o, S_fin = retention(q, k, v, gamma.log(), initial_state=h0, output_final_state=True,
+                         chunk_size=16)
+
+    S = h0
+    o_ref = []
+    for t in range(L):  # S_t = gamma S_{t-1} + k_t^T v_t;  o_t = q_t S_t (scale K^-0.5)
+        S = gamma[:, None, None] * S + k[:, :, t, :, None] * v[:, :, t, None, :]
+        o_ref.append(torch.einsum("bhk,bhkv->bhv", q[:, :, t] * Kr ** -0.5, S))
+    torch.testing.assert_close(o, torch.stack(o_ref, dim=2), rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(S_fin, S, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("cls", [RWKV6, RetNet])
+def test_mixer_chunk_size_invariant_and_bf16(cls):
+    torch.manual_seed(0)
+    x = torch.randn(2, 37, 64, dtype=torch.float64)
+    a, b = cls(64, chunk_size=1).double(), cls(64, chunk_size=16).double()
+    b.load_state_dict(a.state_dict())
+    torch.testing.assert_close(a(x), b(x), rtol=1e-10, atol=1e-10)
+    assert b.backend == "torch_chunked"
+    y = b.bfloat16()(x[:1, :1].bfloat16())
+    assert y.shape == (1, 1, 64) and y.dtype == torch.bfloat16 and torch.isfinite(y).all()
+
+
+def test_mixer_options_and_state_size():
+    with pytest.raises(ValueError):
+        RWKV6(64, head_size=24)
+    with pytest.raises(ValueError):
+        RetNet(64, n_heads=3)
+    assert RWKV6(64).state_size(10) == RWKV6(64).state_size(1000) == 2 * 32 * 32 + 64
+    assert RetNet(64).state_size(10) == RetNet(64).state_size(1000)

@@ -1,0 +1,104 @@
+"""Multi-scale retention, RetNet's token mixer (Sun et al., 2023).
+
+    S_t = gamma_h S_{t-1} + k_t^T v_t,   o_t = q_t S_t
+
+per head h with a fixed decay gamma_h, rotary positions on q and k, GroupNorm per
+head, a swish gate and an output projection. The recurrence runs on the RWKV-6 core
+(zoo.ops.rwkv6_scan), so chunking, stability and the CUDA fast path are shared.
+
+Choices:
+- decays: gamma_h = 1 - 2^(-5 - h') with h' = linspace(0, 4, H), i.e. memory spans
+  1/(1 - gamma) from 32 to 512 tokens whatever the number of heads. This is the
+  spread torchscale calls "use_lm_decay"; the paper's other form, h' = 0..H-1,
+  would push 8+ heads to spans beyond any sequence in this benchmark.
+- plain RoPE (base 10000) rather than xPos: torchscale's RetNet dropped the xPos
+  scaling too, and the decay already provides the distance penalty.
+- values are expand_v = 2 times wider than keys, as in the paper (the gate and the
+  output projection follow the value width).
+- no retention-score normalisation: torchscale rescales each row of the parallel
+  form for numerical range, which the per-token GroupNorm undoes anyway.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..ops.rwkv6 import rwkv6_backend, rwkv6_scan
+from .base import Mixer, check_divisible, check_positive
+
+
+def retention(q, k, v, log_gamma, scale=None, initial_state=None, output_final_state=False,
+              chunk_size=16):
+    """o_t = scale * q_t S_t with S_t = gamma S_{t-1} + k_t^T v_t, per head.
+    q, k: (B, H, L, K); v: (B, H, L, V); log_gamma: (H,). Returns like rwkv6_scan.
+
+    RWKV-6 reads the state *before* the current update, S_{t-1}, and adds the current
+    token with a bonus u. Retention reads after it:
+        q_t S_t = gamma q_t S_{t-1} + q_t k_t^T v_t.
+    So feed rwkv6_scan q' = gamma q, w = log gamma, u = 1/gamma: it computes
+        q'_t S_{t-1} + q'_t (u k_t)^T v_t = gamma q_t S_{t-1} + q_t k_t^T v_t,
+    the same thing, with the same state sequence (the recurrences are identical).
+    """
+    B, H, L, K = q.shape
+    log_gamma = log_gamma.to(torch.promote_types(q.dtype, torch.float32))
+    gamma = log_gamma.exp()
+    w = log_gamma.view(1, H, 1, 1).expand(B, H, L, K)
+    u = (1 / gamma)[:, None].expand(H, K)
+    q = (q * gamma.view(H, 1, 1)).to(q.dtype)
+    return rwkv6_scan(q, k, v, w, u, scale, initial_state, output_final_state, chunk_size)
+
+
+def rope(x: torch.Tensor) -> torch.Tensor:
+    """Rotary positions on (B, H, L, K), K even, rotate-half convention, base 10000."""
+    L, K = x.shape[-2:]
+    inv_freq = 10000.0 ** -(torch.arange(0, K, 2, device=x.device, dtype=torch.float32) / K)
+    angle = torch.arange(L, device=x.device, dtype=torch.float32)[:, None] * inv_freq  # (L, K/2)
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+class RetNet(Mixer):
+    name = "retnet"
+
+    def __init__(self, d_model: int, n_heads: int = 4, expand_v: int = 2, chunk_size: int = 16):
+        super().__init__()
+        check_divisible(self.name, d_model, n_heads)
+        check_positive(self.name, expand_v, "expand_v")
+        check_positive(self.name, chunk_size, "chunk_size")
+        if (d_model // n_heads) % 2:
+            raise ValueError(f"{self.name}: head dim d_model/n_heads={d_model // n_heads} "
+                             "must be even for rotary positions")
+        D, Dv = d_model, expand_v * d_model
+        self.d_model, self.n_heads, self.expand_v, self.chunk_size = D, n_heads, expand_v, chunk_size
+        self.q_proj = nn.Linear(D, D, bias=False)
+        self.k_proj = nn.Linear(D, D, bias=False)
+        self.v_proj = nn.Linear(D, Dv, bias=False)
+        self.g_proj = nn.Linear(D, Dv, bias=False)
+        self.out_proj = nn.Linear(Dv, D, bias=False)
+        self.group_norm = nn.GroupNorm(n_heads, Dv)
+
+    def log_gamma(self, device) -> torch.Tensor:
+        # computed, not stored: a bf16 buffer would round 1 - 1/512 visibly
+        h = torch.linspace(0, 4, self.n_heads, device=device, dtype=torch.float32)
+        return torch.log1p(-(2.0 ** (-5 - h)))  # (H,)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, L, D = x.shape
+        H = self.n_heads
+
+        def heads(t):  # (B, L, H*X) -> (B, H, L, X)
+            return t.view(B, L, H, -1).transpose(1, 2)
+
+        q, k = rope(heads(self.q_proj(x))), rope(heads(self.k_proj(x)))
+        v = heads(self.v_proj(x))
+        self.backend = rwkv6_backend(x)
+        # the default scale K^-0.5 is torchscale's key scaling
+        y, _ = retention(q, k, v, self.log_gamma(x.device), chunk_size=self.chunk_size)
+        y = self.group_norm(y.transpose(1, 2).reshape(B * L, -1)).view(B, L, -1)
+        return self.out_proj(F.silu(self.g_proj(x)) * y)
+
+    def state_size(self, seq_len: int) -> int:
+        # one (D/H) x (expand_v D/H) matrix per head
+        return self.expand_v * self.d_model ** 2 // self.n_heads

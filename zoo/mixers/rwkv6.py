@@ -1,0 +1,93 @@
+"""RWKV-6 ("Finch") time mixing (Peng et al., 2024, "Eagle and Finch").
+
+Per token: a data-dependent token shift (ddlerp) builds five interpolations between
+x_t and x_{t-1}, one each for the decay w, key, value, receptance and gate; the
+decay is data-dependent too (base + low-rank tanh LoRA, w = -exp(...) in log space);
+a per-head matrix state is read by the receptance with a bonus u for the current
+token (zoo.ops.rwkv6_scan); GroupNorm per head, SiLU gate, output projection.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..ops.rwkv6 import rwkv6_backend, rwkv6_scan
+from .base import Mixer, check_positive
+
+
+class RWKV6(Mixer):
+    name = "rwkv6"
+
+    def __init__(self, d_model: int, head_size: int = 32, mix_rank: int = 32,
+                 decay_rank: int = 64, chunk_size: int = 16):
+        super().__init__()
+        for option, value in [("head_size", head_size), ("mix_rank", mix_rank),
+                              ("decay_rank", decay_rank), ("chunk_size", chunk_size)]:
+            check_positive(self.name, value, option)
+        if d_model % head_size:
+            raise ValueError(f"{self.name}: d_model={d_model} is not divisible by "
+                             f"head_size={head_size}")
+        D = d_model
+        self.d_model, self.head_size, self.chunk_size = D, head_size, chunk_size
+        self.n_heads = D // head_size
+
+        # RWKV-6's inits depend on the layer's depth; we take those of a middle layer
+        # (depth ratio 1/2) so that a mixer does not need to know its position.
+        with torch.no_grad():
+            frac = torch.arange(D) / D  # channel position in [0, 1)
+            chan = torch.arange(D) / max(D - 1, 1)  # in [0, 1]
+            # ddlerp: mix = maa + tanh(x' W1) W2, per target; rows are w, k, v, r, g.
+            # Low-channel mixes lean on the previous token, high ones on the current.
+            maa = 1 - torch.stack([frac ** 0.5, frac ** 0.5, frac ** 0.5 + 0.15,
+                                   frac ** 0.25, frac ** 0.25])
+            self.time_maa_x = nn.Parameter(1 - frac ** 0.5)  # (D,)
+            self.time_maa = nn.Parameter(maa)  # (5, D)
+            self.time_maa_w1 = nn.Parameter(torch.zeros(D, 5 * mix_rank))
+            self.time_maa_w2 = nn.Parameter(torch.empty(5, mix_rank, D).uniform_(-0.01, 0.01))
+            # log-log decay from -6 (slow, exp(-exp(-6)) ~ 0.998) to -1 (fast, ~0.69)
+            self.time_decay = nn.Parameter(-6 + 5 * chan ** 1.35)  # (D,)
+            self.time_decay_w1 = nn.Parameter(torch.zeros(D, decay_rank))
+            self.time_decay_w2 = nn.Parameter(torch.empty(decay_rank, D).uniform_(-0.01, 0.01))
+            zigzag = ((torch.arange(D) + 1) % 3 - 1) * 0.1
+            bonus = 0.5 * (1 - chan) + zigzag
+            self.time_faaaa = nn.Parameter(bonus.view(self.n_heads, head_size))  # u: (H, K)
+
+        self.receptance = nn.Linear(D, D, bias=False)
+        self.key = nn.Linear(D, D, bias=False)
+        self.value = nn.Linear(D, D, bias=False)
+        self.gate = nn.Linear(D, D, bias=False)
+        # RWKV zero-initialises the output projection; we keep the default init so the
+        # mixer is not the identity-zero map at step 0 (the residual backbone scales it).
+        self.output = nn.Linear(D, D, bias=False)
+        # eps of RWKV-6 (1e-5 * head_size_divisor^2 with divisor 8): the unscaled
+        # receptance-key products make the per-head outputs large.
+        self.ln_x = nn.GroupNorm(self.n_heads, D, eps=64e-5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, L, D = x.shape
+        H, K = self.n_heads, self.head_size
+        dx = F.pad(x, (0, 0, 1, -1)) - x  # x_{t-1} - x_t, zero state before t = 0
+        xx = x + dx * self.time_maa_x
+        mix = torch.tanh(xx @ self.time_maa_w1).view(B, L, 5, -1)  # (B, L, 5, R)
+        mix = torch.einsum("blfr,frd->fbld", mix, self.time_maa_w2)  # (5, B, L, D)
+        xw, xk, xv, xr, xg = x + dx * (self.time_maa[:, None, None] + mix)  # each (B, L, D)
+
+        r, k, v = self.receptance(xr), self.key(xk), self.value(xv)
+        g = F.silu(self.gate(xg))
+        w = self.time_decay + torch.tanh(xw @ self.time_decay_w1) @ self.time_decay_w2
+        w = -torch.exp(w.float())  # log decay <= 0, kept in fp32: it is summed over time
+
+        def heads(t):  # (B, L, D) -> (B, H, L, K)
+            return t.view(B, L, H, K).transpose(1, 2)
+
+        self.backend = rwkv6_backend(x)
+        # RWKV does not scale the receptance (scale=1): GroupNorm takes care of the size.
+        y, _ = rwkv6_scan(heads(r), heads(k), heads(v), heads(w), self.time_faaaa,
+                          scale=1.0, chunk_size=self.chunk_size)  # (B, H, L, K)
+        y = self.ln_x(y.transpose(1, 2).reshape(B * L, D)).view(B, L, D)
+        return self.output(y * g)
+
+    def state_size(self, seq_len: int) -> int:
+        # per-head K x V matrix state + the previous token for the shift
+        return self.n_heads * self.head_size ** 2 + self.d_model

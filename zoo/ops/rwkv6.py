@@ -1,0 +1,99 @@
+"""The RWKV-6 linear recurrence with per-channel data-dependent decay, in chunks.
+
+Layout and semantics are those of flash-linear-attention's ``naive_recurrent_rwkv6``
+(q, k, w: (B, H, L, K); v: (B, H, L, V); u: (H, K); state (B, H, K, V)):
+
+    o_t = (scale * q_t) . (S_{t-1} + (u * k_t)^T v_t)
+    S_t = diag(exp(w_t)) S_{t-1} + k_t^T v_t
+
+with w the LOG decay (w <= 0) and scale defaulting to K^-0.5 as in fla. RetNet's
+retention is the special case of a constant w (see zoo/mixers/retnet.py).
+
+Chunked form. Inside a chunk of C steps let b_t = w_0 + ... + w_t (inclusive
+cumulative log decay, b_{-1} = 0) and S0 the state entering the chunk. Unrolling,
+
+    o_t = (q_t * exp(b_{t-1})) S0                                       inter-chunk
+        + sum_{s<t} [sum_c q_tc k_sc exp(b_{t-1,c} - b_{s,c})] v_s      intra-chunk
+        + (q_t . (u * k_t)) v_t                                          bonus
+    S_C = diag(exp(b_{C-1})) S0 + sum_s (k_s * exp(b_{C-1} - b_s))^T v_s
+
+Every exponent above is a sum of w's, i.e. <= 0, so nothing can overflow however
+strong the decay: we never split exp(b_{t-1} - b_s) into exp(b_{t-1}) / exp(b_s),
+which is what makes the usual "divide k by the decay" trick blow up for w ~ -20.
+The price is a (C, C, K) pairwise-decay tensor per chunk, hence a small default C.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .optional import optional
+
+# flash-linear-attention >= 0.2 (the (B, L, H, K) "head_first=False" layout).
+chunk_rwkv6 = optional("fla.ops.rwkv6", "chunk_rwkv6")
+
+
+def rwkv6_backend(x: torch.Tensor) -> str:
+    """The implementation ``rwkv6_scan`` runs for inputs like ``x``."""
+    return "fla" if chunk_rwkv6 is not None and x.is_cuda else "torch_chunked"
+
+
+def rwkv6_scan(q, k, v, w, u, scale=None, initial_state=None, output_final_state=False,
+               chunk_size=16):
+    """RWKV-6 recurrence; returns (o (B, H, L, V), final state (B, H, K, V) or None).
+    fla's fused kernel on CUDA when importable, else ``rwkv6_scan_torch``."""
+    if rwkv6_backend(q) == "torch_chunked":
+        return rwkv6_scan_torch(q, k, v, w, u, scale, initial_state, output_final_state,
+                                chunk_size)
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    q, k, v, w = (t.transpose(1, 2) for t in (q, k, v, w))  # (B, L, H, *)
+    o, final = chunk_rwkv6(q, k, v, w, u, scale=scale, initial_state=initial_state,
+                           output_final_state=output_final_state)
+    return o.transpose(1, 2), final  # fla picks its own chunk size
+
+
+def rwkv6_scan_torch(q, k, v, w, u, scale=None, initial_state=None, output_final_state=False,
+                     chunk_size=16):
+    """Pure-PyTorch chunked RWKV-6 recurrence (the tested reference). Same signature
+    as ``rwkv6_scan``. Accumulates in fp32 (fp64 for fp64 inputs); o is returned in
+    v's dtype, the final state in the accumulation dtype."""
+    B, H, L, K = q.shape
+    V = v.shape[-1]
+    scale = K ** -0.5 if scale is None else scale
+    out_dtype, acc = v.dtype, torch.promote_types(v.dtype, torch.float32)
+    C = max(1, min(chunk_size, L))
+    N = -(-L // C)  # number of chunks
+    pad = N * C - L
+
+    def chunks(t):  # (B, H, L, X) -> (B, H, N, C, X), zero padded at the end
+        return F.pad(t.to(acc), (0, 0, 0, pad)).view(B, H, N, C, t.shape[-1])
+
+    # Padded steps have q = k = v = 0 and w = 0 (no decay): they leave o and S alone.
+    q, k, v, w = chunks(q) * scale, chunks(k), chunks(v), chunks(w)
+    b = w.cumsum(-2)  # (B, H, N, C, K) inclusive cumulative log decay
+    b_prev = F.pad(b, (0, 0, 1, -1))  # b_{t-1}: shifted rather than b - w, so it matches b exactly
+    b_last = b[..., -1:, :]  # (B, H, N, 1, K)
+
+    # Intra-chunk: A[t, s] = sum_c q_tc k_sc exp(b_{t-1,c} - b_{s,c}) for s < t, plus the
+    # bonus q_t . (u * k_t) on the diagonal. Mask before exp so that the (positive)
+    # differences above the diagonal are never exponentiated.
+    strict = torch.ones(C, C, dtype=torch.bool, device=q.device).tril(-1)  # (t, s): s < t
+    diff = b_prev[..., :, None, :] - b[..., None, :, :]  # (B, H, N, C, C, K)
+    decay = diff.masked_fill(~strict[..., None], float("-inf")).exp()
+    A = (q[..., :, None, :] * decay * k[..., None, :, :]).sum(-1)  # (B, H, N, C, C)
+    bonus = (q * u.to(acc)[:, None, None, :] * k).sum(-1)  # (B, H, N, C)
+    o = (A + torch.diag_embed(bonus)) @ v  # (B, H, N, C, V)
+
+    # Inter-chunk: each chunk's own contribution to the state it hands on, then a short
+    # sequential pass over chunks (not steps) to get the state entering every chunk.
+    local = (k * (b_last - b).exp()).transpose(-1, -2) @ v  # (B, H, N, K, V)
+    carry = b_last.squeeze(-2).exp()[..., None]  # (B, H, N, K, 1)
+    S = q.new_zeros(B, H, K, V) if initial_state is None else initial_state.to(acc)
+    entering = []
+    for n in range(N):
+        entering.append(S)
+        S = carry[:, :, n] * S + local[:, :, n]
+    o = o + (q * b_prev.exp()) @ torch.stack(entering, dim=2)  # (B, H, N, C, V)
+
+    o = o.view(B, H, N * C, V)[:, :, :L].to(out_dtype)
+    return o, (S if output_final_state else None)
