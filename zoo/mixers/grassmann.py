@@ -1,0 +1,171 @@
+"""The Grassmann mixer of "Attention Is Not What You Need: Grassmann Flows as an
+Attention-Free Alternative for Sequence Modeling" (Zhang Chong, arXiv 2512.19428).
+
+The formula, for hidden states h_t in R^d and a set of offsets Δ (default 1, 2, 4, 8, 12, 16):
+
+    z_t    = W_red h_t + b_red                         reduce to r dims (r = 32)
+    p^Δ_t  = z_t ∧ z_{t-Δ},  p_ij = z_i w_j - z_j w_i  Plücker coordinates of span(z_t, w),
+                                                       i < j, so r(r-1)/2 = 496 numbers
+    p̂^Δ_t  = p^Δ_t / max(|p^Δ_t|, eps)                 optional L2 normalisation
+    g_t    = mean over the Δ with t-Δ >= 0 of (W_plü p̂^Δ_t + b_plü)   one W_plü for all Δ
+    a_t    = sigmoid(W_gate [h_t; g_t] + b_gate)
+    out_t  = a_t * h_t + (1 - a_t) * g_t               the paper's blend
+
+A position with no partner at any offset (t = 0 always) gets g_t = 0 exactly. Cost
+and state are O(L): the layer sees the last max(Δ) tokens, each through a 2-plane.
+
+The output already contains h (the mixer carries its own residual), hence
+``includes_residual = True``: the paper's post-LN block is h = LN(blend(h));
+h = LN(h + FFN(h)) with no second residual around the mixer.
+
+Readings, each an explicit option:
+* ``pairing``: the paper writes the pair as (z_t, z_{t+Δ}) while calling the model
+  causal. Taken literally ("future") position t reads tokens t+1 .. t+max(Δ), which
+  leaks the very tokens a language model must predict; it exists only to show that
+  leak (``causal = False``). "past" (z_t, z_{t-Δ}) is what the public reproductions
+  run and what a causal LM needs.
+* ``aggregate``: "mean" over the offsets that exist at t, as the public
+  reproductions do; "sum" keeps them unscaled (each valid offset adds b_plü once).
+* ``mixing``: "blend" is the paper's gate; "gated_residual" (h + a*g) keeps the full
+  identity path, the usual way to add a gated branch.
+* ``normalize``/``eps``: the reproductions normalise with eps = 1e-8. We default to
+  1e-6: it only differs on near-degenerate pairs (|p| < 1e-6, z_t almost parallel to
+  its partner) and caps the 1/|p| gradient of the normalisation at 1e6 instead of 1e8.
+Around the mixer, one public reproduction (alphaXiv/paper-implementations) wraps the
+blend in a pre-LN block with a second residual (h + LN(blend(LN h))); others use the
+paper's post-LN block. That choice lives in the backbone (ModelConfig.block).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .base import Mixer, check_choice
+
+PAIRINGS = ("past", "future")
+AGGREGATES = ("mean", "sum")
+MIXINGS = ("blend", "gated_residual")
+
+
+def plucker(z: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Plücker coordinates of the 2-plane span(z, w): p_ij = z_i w_j - z_j w_i, i < j.
+
+    z, w: (..., r) -> (..., r(r-1)/2), coordinates in row-major upper-triangle order
+    (0,1), (0,2), ..., (0,r-1), (1,2), ..., (r-2,r-1), the column order of W_plü.
+    Lagrange's identity |p|^2 = |z|^2 |w|^2 - (z.w)^2 gives the norm without p.
+    """
+    r = z.shape[-1]
+    i, j = torch.triu_indices(r, r, offset=1, device=z.device)  # (2, r(r-1)/2)
+    return z[..., i] * w[..., j] - z[..., j] * w[..., i]
+
+
+def partner(z: torch.Tensor, delta: int, pairing: str) -> torch.Tensor:
+    """z_{t-Δ} ("past") or z_{t+Δ} ("future") for every t; the zero vector where that
+    token does not exist. z: (B, L, r) -> (B, L, r)."""
+    L = z.shape[1]
+    shift = min(delta, L)
+    if pairing == "past":
+        return F.pad(z, (0, 0, shift, 0))[:, :L]
+    return F.pad(z, (0, 0, 0, shift))[:, shift:]
+
+
+def valid_offsets(L: int, offsets, pairing: str, device=None) -> torch.Tensor:
+    """(L,) number of offsets whose partner exists at each t: t-Δ >= 0 or t+Δ < L."""
+    t = torch.arange(L, device=device)[:, None]  # (L, 1)
+    d = torch.tensor(offsets, device=device)  # (K,)
+    ok = t >= d if pairing == "past" else t + d < L  # (L, K)
+    return ok.sum(-1)
+
+
+def grassmann_features(z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                       offsets, pairing: str = "past", normalize: bool = True,
+                       eps: float = 1e-6, aggregate: str = "mean") -> torch.Tensor:
+    """The geometric feature g before the gate: the readable reference that a fused
+    kernel must match, with the same signature.
+
+    z: (B, L, r) reduced tokens; weight: (D, r(r-1)/2) and bias: (D,) or None, W_plü.
+    Returns g: (B, L, D), with g_t = agg over valid Δ of (W_plü p̂^Δ_t + b_plü), where
+    agg is the mean or the sum, and g_t = 0 exactly where no offset is valid.
+    """
+    B, L, r = z.shape
+    p_sum = z.new_zeros(B, L, r * (r - 1) // 2)
+    for delta in offsets:
+        # A missing partner is the zero vector, whose wedge with z_t is exactly 0 (and
+        # stays 0 after normalising, 0 / eps), so invalid offsets drop out of the sum.
+        p = plucker(z, partner(z, delta, pairing))  # (B, L, r(r-1)/2)
+        if normalize:
+            p = p / p.norm(dim=-1, keepdim=True).clamp_min(eps)
+        p_sum = p_sum + p
+    n = valid_offsets(L, offsets, pairing, z.device).to(z.dtype)[:, None]  # (L, 1)
+    # W_plü is linear, so projecting the aggregate equals aggregating the per-offset
+    # projections (one matmul instead of one per offset); the bias enters once per
+    # valid offset: n times for the sum, once for the mean, never where n = 0.
+    if aggregate == "mean":
+        g = F.linear(p_sum / n.clamp_min(1), weight)  # (B, L, D)
+        return g if bias is None else g + (n > 0).to(z.dtype) * bias
+    g = F.linear(p_sum, weight)
+    return g if bias is None else g + n * bias
+
+
+class Grassmann(Mixer):
+    """Causal Grassmann mixing (arXiv 2512.19428); see the module docstring.
+
+    Parameters: W_red (d*r + r), W_plü (r(r-1)/2 * d + d), W_gate (2d*d + d).
+    """
+
+    name = "grassmann"
+    includes_residual = True  # both mixings return h + (something): no block residual
+    causal = True  # False only for the paper's literal, leaking, pairing="future"
+
+    def __init__(self, d_model: int, r: int = 32, offsets=(1, 2, 4, 8, 12, 16),
+                 pairing: str = "past", normalize: bool = True, eps: float = 1e-6,
+                 aggregate: str = "mean", mixing: str = "blend"):
+        super().__init__()
+        own = self.name
+        if not _is_int(r) or r < 2:
+            raise ValueError(f"{own}: r={r!r} must be an integer >= 2 (a 2-plane needs r >= 2)")
+        if r > d_model:
+            raise ValueError(f"{own}: r={r} must be <= d_model={d_model} (r reduces d_model)")
+        if (not isinstance(offsets, (tuple, list)) or not offsets
+                or not all(_is_int(o) and o > 0 for o in offsets)):
+            raise ValueError(
+                f"{own}: offsets={offsets!r} must be a non-empty list of positive integers")
+        if len(set(offsets)) != len(offsets):
+            raise ValueError(f"{own}: offsets={offsets!r} has duplicates")
+        check_choice(own, "pairing", pairing, PAIRINGS)
+        check_choice(own, "aggregate", aggregate, AGGREGATES)
+        check_choice(own, "mixing", mixing, MIXINGS)
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
+            raise ValueError(f"{own}: eps={eps!r} must be a positive number")
+        self.r, self.offsets, self.pairing = r, tuple(offsets), pairing
+        self.normalize, self.eps, self.aggregate, self.mixing = bool(normalize), float(eps), aggregate, mixing
+        self.causal = pairing == "past"
+        self.backend = "eager"
+        self.w_red = nn.Linear(d_model, r)
+        self.w_plu = nn.Linear(r * (r - 1) // 2, d_model)
+        self.w_gate = nn.Linear(2 * d_model, d_model)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        self.backend = "eager"
+        z = self.w_red(h)  # (B, L, r)
+        g = grassmann_features(z, self.w_plu.weight, self.w_plu.bias, self.offsets,
+                               self.pairing, self.normalize, self.eps, self.aggregate)  # (B, L, D)
+        a = torch.sigmoid(self.w_gate(torch.cat([h, g], dim=-1)))  # (B, L, D)
+        if self.mixing == "blend":
+            return a * h + (1 - a) * g
+        return h + a * g
+
+    def state_size(self, seq_len: int) -> int:
+        # The last max(Δ) reduced tokens z (the current h is input, not state). The
+        # "future" pairing cannot stream without a max(Δ) delay; its buffer is the same.
+        return max(self.offsets) * self.r
+
+    def extra_repr(self) -> str:
+        return (f"r={self.r}, offsets={self.offsets}, pairing={self.pairing!r}, "
+                f"normalize={self.normalize}, eps={self.eps}, aggregate={self.aggregate!r}, "
+                f"mixing={self.mixing!r}")
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
