@@ -83,6 +83,8 @@ def test_match_params_errors():
     with pytest.raises(ValueError, match="cannot match within tol"):
         # moving n_layers changes the count in steps far larger than 0.01%
         zoo.match_params(base, "attention", knob="n_layers", tol=1e-4, d_ff=1000)
+    with pytest.raises(ValueError, match="needs an MLP"):
+        zoo.match_params(base, "attention", knob="d_ff", d_ff=0)
 
 
 def test_layer_options_reach_each_layer():

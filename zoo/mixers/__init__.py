@@ -3,10 +3,20 @@ from __future__ import annotations
 
 from .attention import Attention, SlidingWindowAttention
 from .base import Mixer
+from .retnet import RetNet
+from .rwkv6 import RWKV6
+from .grassmann import Grassmann
+from .mamba import Mamba
+from .mamba2 import Mamba2
 
 MIXERS: dict[str, type[Mixer]] = {
     "attention": Attention,
     "sliding_window": SlidingWindowAttention,
+    "mamba": Mamba,
+    "mamba2": Mamba2,
+    "grassmann": Grassmann,
+    "rwkv6": RWKV6,
+    "retnet": RetNet,
 }
 
 

@@ -44,10 +44,6 @@ class Mixer(nn.Module):
     # "torch_chunked", "mamba_ssm", ...). Recorded with every result.
     backend: str = "torch"
 
-    # Whether a block of this mixer has an MLP when ModelConfig.d_ff is left unset
-    # (Mamba's blocks conventionally have none).
-    uses_mlp: bool = True
-
     # True when the output already contains the input (the Grassmann blend
     # a*h + (1-a)*g): the post-LN block then adds no second residual.
     includes_residual: bool = False

@@ -2,3 +2,6 @@
 (mamba_ssm's selective_scan_ref, flash-linear-attention's naive_recurrent_rwkv6)
 so they can be checked against them and swapped for the CUDA kernels."""
 from .optional import optional
+from .rwkv6 import rwkv6_scan
+from .selective_scan import selective_scan
+from .ssd import ssd_scan
