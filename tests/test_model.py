@@ -117,3 +117,24 @@ def test_seed_does_not_touch_global_rng():
     torch.manual_seed(1)
     zoo.build_model(zoo.ModelConfig(vocab_size=20, d_model=32, n_layers=1), seed=5)
     assert torch.equal(torch.rand(1), expected)
+
+
+def test_future_pairing_grassmann_is_caught():
+    # The paper's literal formula pairs z_t with z_{t+Δ}: a leak that must be detected,
+    # never silently trained, at the mixer and at the model level.
+    zoo.check_mixer_causal(zoo.MIXERS["grassmann"](64))
+    with pytest.raises(zoo.CausalityError):
+        zoo.check_mixer_causal(zoo.MIXERS["grassmann"](64, pairing="future"))
+    cfg = zoo.ModelConfig(vocab_size=97, d_model=64, n_layers=2, max_len=64, mixer="grassmann",
+                          mixer_options={"pairing": "future", "offsets": (1, 2)})
+    with pytest.raises(zoo.CausalityError):
+        zoo.assert_causal(zoo.build_model(cfg))
+
+
+def test_mixer_table_cli(capsys):
+    from zoo.__main__ import main
+
+    main(["--d-model", "64", "--seq-len", "128"])
+    out = capsys.readouterr().out
+    for name in zoo.MIXERS:
+        assert f"| {name} |" in out

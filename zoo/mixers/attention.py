@@ -38,6 +38,7 @@ class Attention(Mixer):
     projection. 4 (d^2 + d) parameters, as in the paper's TransformerLM."""
 
     name = "attention"
+    fast_path = "flash_attn (CUDA, fp16/bf16); else torch SDPA"
 
     def __init__(self, d_model: int, n_heads: int = 4, backend: str = "auto", bias: bool = True):
         super().__init__()
@@ -88,6 +89,7 @@ class SlidingWindowAttention(Attention):
     so it separates "local" from "geometric" in every comparison."""
 
     name = "sliding_window"
+    fast_path = "flash_attn window_size (CUDA, fp16/bf16); else masked SDPA"
 
     def __init__(self, d_model: int, n_heads: int = 4, window: int = 16, backend: str = "auto",
                  bias: bool = True):

@@ -44,6 +44,9 @@ class Mixer(nn.Module):
     # "torch_chunked", "mamba_ssm", ...). Recorded with every result.
     backend: str = "torch"
 
+    # Where the fast path comes from, for the README's table and the records.
+    fast_path: str = "none (pure PyTorch)"
+
     # True when the output already contains the input (the Grassmann blend
     # a*h + (1-a)*g): the post-LN block then adds no second residual.
     includes_residual: bool = False

@@ -27,6 +27,7 @@ DT_MIN, DT_MAX, DT_FLOOR = 1e-3, 0.1, 1e-4
 class Mamba(Mixer):
     name = "mamba"
     uses_mlp = False  # Mamba blocks conventionally have no MLP
+    fast_path = "mamba_ssm mamba_inner_fn + causal_conv1d (CUDA); else chunked torch scan"
 
     def __init__(self, d_model: int, d_state: int = 16, d_conv: int = 4, expand: int = 2,
                  dt_rank: int | str = "auto", chunk_size: int = 64):

@@ -43,6 +43,7 @@ class Mamba2(Mixer):
 
     name = "mamba2"
     uses_mlp = False  # Mamba blocks conventionally have no MLP
+    fast_path = "mamba_ssm mamba_split_conv1d_scan_combined (CUDA); else chunked torch SSD"
 
     def __init__(self, d_model: int, d_state: int = 64, d_conv: int = 4, expand: int = 2,
                  headdim: int = 32, ngroups: int = 1, chunk_size: int = 64):
