@@ -7,7 +7,7 @@ import torch
 
 from .model import LM, ModelConfig, build_model
 
-KNOBS = ("d_model", "n_layers", "d_ff")
+KNOBS = ("d_model", "d_ff", "n_layers")  # the order knob="auto" tries them in
 
 
 def count_params(model: LM, include_embeddings: bool = True) -> int:
@@ -52,38 +52,47 @@ def _candidates(base: ModelConfig, knob: str) -> range:
     return range(8, 16 * base.d_model + 1, 8)  # d_ff
 
 
-def _search(template: ModelConfig, knob: str, base: ModelConfig, base_params: int, tol: float,
+def _search(template: ModelConfig, knob: str, base: ModelConfig, base_params: int,
             include_embeddings: bool) -> Match | None:
-    best = None
+    """The value of ``knob`` whose count is closest to ``base_params``. Counts grow with
+    every knob, so bisect for the first value at or above the target, then compare it
+    with its neighbours (values a mixer refuses, e.g. d_model not divisible by its
+    heads, are skipped)."""
+    counts: dict[int, int | None] = {}
 
-    def consider(value: int) -> int | None:
-        nonlocal best
-        try:
-            cfg = template.replace(**{knob: value})
-            n = config_params(cfg, include_embeddings)
-        except ValueError:  # e.g. d_model not divisible by the mixer's heads
-            return None
-        if best is None or abs(n - base_params) < abs(best.params - base_params):
-            best = Match(cfg, knob, value, base_params, n)
-        return n
+    def count(value: int) -> int | None:
+        if value not in counts:
+            try:
+                counts[value] = config_params(template.replace(**{knob: value}), include_embeddings)
+            except ValueError:
+                counts[value] = None
+        return counts[value]
 
-    for value in _candidates(base, knob):
-        n = consider(value)
-        if n is not None and n > base_params * (1 + tol) and best.params >= base_params:
-            break  # counts grow with every knob: nothing further can be closer
-    if best is not None and knob != "n_layers":
-        # the coarse grid steps by 8; look at the values in between around the best
-        for value in range(max(1, best.value - 7), best.value + 8):
-            consider(value)
-    return best
+    grid = list(_candidates(base, knob))
+    lo, hi = 0, len(grid) - 1
+    while lo < hi:  # first grid index whose (next valid) count reaches the target
+        mid = (lo + hi) // 2
+        valid = next((i for i in range(mid, hi + 1) if count(grid[i]) is not None), None)
+        if valid is None or count(grid[valid]) >= base_params:
+            hi = mid
+        else:
+            lo = valid + 1
+    # the grid steps by 8 (d_model, d_ff): look at every value around the crossing
+    step = 1 if knob == "n_layers" else 8
+    near = range(max(1, grid[lo] - 2 * step), grid[lo] + 2 * step + 1)
+    found = [(abs(n - base_params), v, n) for v in near if (n := count(v)) is not None]
+    if not found:
+        return None
+    _, value, n = min(found)
+    return Match(template.replace(**{knob: value}), knob, value, base_params, n)
 
 
 def match_params(base_cfg: ModelConfig, mixer: str, knob: str = "d_model", tol: float = 0.02,
                  mixer_options: dict | None = None, include_embeddings: bool = True,
                  **overrides) -> Match:
     """A config of ``mixer`` whose parameter count is within ``tol`` (relative) of
-    ``base_cfg``'s, found by moving one ``knob`` (``"auto"``: the knob among d_model,
-    d_ff, n_layers that lands closest, d_model first on ties). ``overrides`` set
+    ``base_cfg``'s, found by moving one ``knob`` (``"auto"``: the first of d_model, d_ff,
+    n_layers that lands within tol, else the closest of them). ``overrides`` set
     other fields of the candidate first (e.g. ``d_ff=0`` for MLP-free Mamba blocks).
     Raises a ValueError naming the closest count when nothing is within tol."""
     if knob not in (*KNOBS, "auto"):
@@ -96,11 +105,15 @@ def match_params(base_cfg: ModelConfig, mixer: str, knob: str = "d_model", tol: 
         if knob == "d_ff":
             raise ValueError("match_params: knob='d_ff' needs an MLP, but the candidate has none (d_ff=0)")
         knobs = tuple(k for k in knobs if k != "d_ff")
-    found = [m for k in knobs
-             if (m := _search(template, k, base_cfg, base_params, tol, include_embeddings))]
+    found = []
+    for k in knobs:
+        match = _search(template, k, base_cfg, base_params, include_embeddings)
+        if match is not None and abs(match.rel_diff) <= tol:
+            return match
+        found += [match] if match is not None else []
     if not found:
         raise ValueError(f"match_params: no valid {knob} for mixer {mixer!r}")
-    best = min(found, key=lambda m: abs(m.params - base_params))  # stable: d_model first
+    best = min(found, key=lambda m: abs(m.params - base_params))
     if abs(best.rel_diff) > tol:
         raise ValueError(f"match_params: cannot match within tol={tol:.1%}; closest is {best}")
     return best
