@@ -31,6 +31,13 @@ Readings, each an explicit option:
 * ``normalize``/``eps``: the reproductions normalise with eps = 1e-8. We default to
   1e-6: it only differs on near-degenerate pairs (|p| < 1e-6, z_t almost parallel to
   its partner) and caps the 1/|p| gradient of the normalisation at 1e6 instead of 1e8.
+``impl`` picks how g is computed; all compute the same function: "eager" is the
+readable reference below; "factored" (plain torch), "compiled" (the same under
+torch.compile) and "fused" (Triton kernels, forward and backward; CPU only through
+TRITON_INTERPRET=1) use the exact factorisation of ``zoo/ops/grassmann.py``, which
+never lists the (B, L, |Δ|, 496) Plücker tensor. "auto" runs "fused" on CUDA and
+"compiled" elsewhere (or "factored" where torch.compile fails); ``backend`` says
+which ran ("eager", "factored", "compiled", "triton", "triton_interpret").
 Around the mixer, one public reproduction (alphaXiv/paper-implementations) wraps the
 blend in a pre-LN block with a second residual (h + LN(blend(LN h))); others use the
 paper's post-LN block. That choice lives in the backbone (ModelConfig.block).
@@ -41,11 +48,17 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..ops.grassmann import (fused_backend, grassmann_features_compiled,
+                             grassmann_features_factored, grassmann_features_fused, triton)
 from .base import Mixer, check_choice
 
 PAIRINGS = ("past", "future")
 AGGREGATES = ("mean", "sum")
 MIXINGS = ("blend", "gated_residual")
+# "eager" is this file's reference; the others compute the same g through the exact
+# factorisation of zoo/ops/grassmann.py: "factored" in plain torch, "compiled" the same
+# under torch.compile, "fused" the Triton kernels; "auto" picks the fastest available.
+IMPLS = ("eager", "factored", "compiled", "fused", "auto")
 
 
 def plucker(z: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -117,10 +130,12 @@ class Grassmann(Mixer):
     name = "grassmann"
     includes_residual = True  # both mixings return h + (something): no block residual
     causal = True  # False only for the paper's literal, leaking, pairing="future"
+    fast_path = ("impl='fused': Triton fwd+bwd (CUDA); 'compiled'/'factored': factored torch; "
+                 "'auto' picks; default 'eager'")
 
     def __init__(self, d_model: int, r: int = 32, offsets=(1, 2, 4, 8, 12, 16),
                  pairing: str = "past", normalize: bool = True, eps: float = 1e-6,
-                 aggregate: str = "mean", mixing: str = "blend"):
+                 aggregate: str = "mean", mixing: str = "blend", impl: str = "eager"):
         super().__init__()
         own = self.name
         if not _is_int(r) or r < 2:
@@ -136,25 +151,47 @@ class Grassmann(Mixer):
         check_choice(own, "pairing", pairing, PAIRINGS)
         check_choice(own, "aggregate", aggregate, AGGREGATES)
         check_choice(own, "mixing", mixing, MIXINGS)
+        check_choice(own, "impl", impl, IMPLS)
+        if impl == "fused" and triton is None:
+            raise ValueError(f"{own}: impl='fused' needs triton, which is not importable")
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
             raise ValueError(f"{own}: eps={eps!r} must be a positive number")
         self.r, self.offsets, self.pairing = r, tuple(offsets), pairing
         self.normalize, self.eps, self.aggregate, self.mixing = bool(normalize), float(eps), aggregate, mixing
         self.causal = pairing == "past"
+        self.impl = impl
         self.backend = "eager"
         self.w_red = nn.Linear(d_model, r)
         self.w_plu = nn.Linear(r * (r - 1) // 2, d_model)
         self.w_gate = nn.Linear(2 * d_model, d_model)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        self.backend = "eager"
         z = self.w_red(h)  # (B, L, r)
-        g = grassmann_features(z, self.w_plu.weight, self.w_plu.bias, self.offsets,
-                               self.pairing, self.normalize, self.eps, self.aggregate)  # (B, L, D)
+        g = self._features(z)  # (B, L, D)
         a = torch.sigmoid(self.w_gate(torch.cat([h, g], dim=-1)))  # (B, L, D)
         if self.mixing == "blend":
             return a * h + (1 - a) * g
         return h + a * g
+
+    _compile_failed = False  # set once torch.compile has failed in this process
+
+    def _features(self, z: torch.Tensor) -> torch.Tensor:
+        args = (z, self.w_plu.weight, self.w_plu.bias, self.offsets, self.pairing,
+                self.normalize, self.eps, self.aggregate)
+        impl = self.impl
+        if impl == "auto":  # Triton on CUDA (it has no float64 kernel), else torch.compile
+            cuda = fused_backend(z.device) == "triton" and z.dtype != torch.float64
+            impl = "fused" if cuda else "factored" if Grassmann._compile_failed else "compiled"
+        if impl == "compiled" and self.impl == "auto":
+            try:
+                g = grassmann_features_compiled(*args)
+            except RuntimeError:  # no working compiler here: the same formulation, uncompiled
+                Grassmann._compile_failed = True
+                impl, g = "factored", grassmann_features_factored(*args)
+        else:
+            g = IMPL_FNS[impl](*args)
+        self.backend = fused_backend(z.device) if impl == "fused" else impl
+        return g
 
     def state_size(self, seq_len: int) -> int:
         # The last max(Δ) reduced tokens z (the current h is input, not state). The
@@ -164,7 +201,11 @@ class Grassmann(Mixer):
     def extra_repr(self) -> str:
         return (f"r={self.r}, offsets={self.offsets}, pairing={self.pairing!r}, "
                 f"normalize={self.normalize}, eps={self.eps}, aggregate={self.aggregate!r}, "
-                f"mixing={self.mixing!r}")
+                f"mixing={self.mixing!r}, impl={self.impl!r}")
+
+
+IMPL_FNS = {"eager": grassmann_features, "factored": grassmann_features_factored,
+            "compiled": grassmann_features_compiled, "fused": grassmann_features_fused}
 
 
 def _is_int(x) -> bool:
