@@ -136,6 +136,8 @@ def train(model: nn.Module, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng"])
+        if state.get("cuda_rng") is not None and device.type == "cuda":
+            torch.cuda.set_rng_state(state["cuda_rng"], device)  # dropout on the GPU draws from it
         res = state["result"]
         res.resumed_from = res.steps
     better = (lambda a, b: a > b) if higher_is_better else (lambda a, b: a < b)
@@ -143,7 +145,8 @@ def train(model: nn.Module, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
 
     def snapshot() -> dict:
         return {"model": model.state_dict(), "optimizer": opt.state_dict(),
-                "rng": torch.get_rng_state(), "result": res}
+                "rng": torch.get_rng_state(), "result": res,
+                "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
 
     def evaluate(step: int) -> bool:
         """Record an evaluation; True when the target is reached."""

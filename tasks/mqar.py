@@ -1,0 +1,359 @@
+"""Multi-query associative recall (MQAR), with the semantics of Zoology (Arora, Eyuboglu
+et al., 2023, HazyResearch/zoology ``multiquery_ar``).
+
+A sequence of length L holds ``kv`` key-value pairs first, then each key once more as a
+query; the model must output the key's value right at the query:
+
+    k1 v1 k2 v2 .. | x x k2 x x x k1 x ..     inputs (x: random tokens)
+     -  -  -  -    | - - v2 - - - v1 - ..     labels (-100 = ignored)
+
+Keys are drawn without replacement from [1, V/2), values from [V/2, V). The query of
+each key sits on one of the even slots after the pairs; slots are drawn without
+replacement with P(gap g) ~ (g + 1)^(a - 1), a = 0.01 (Zoology's power law: most
+queries come soon after the pairs, a few far). The metric is accuracy over the query
+positions only. A mixer with a receptive field shorter than the key-query distance
+cannot solve it; a mixer with too small a state cannot hold kv pairs.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import zoo
+from zoo.config import StrictConfig
+from zoo.model import ModelConfig
+
+from .common import environment, lm_loss, model_metadata
+from .train import TrainConfig, train
+
+GENERATOR_VERSION = 1  # part of the cache key: bump when the generated data changes
+SPLITS = {"train": 0, "test": 1}  # spawn keys: train and test streams never overlap
+
+
+def check_mqar(seq_len: int, num_kv_pairs: int, vocab_size: int) -> None:
+    if seq_len <= 0 or seq_len % 2:
+        raise ValueError(f"mqar: seq_len={seq_len} must be positive and even (key/query slots are even)")
+    if vocab_size <= seq_len:
+        raise ValueError(f"mqar: vocab_size={vocab_size} must be larger than seq_len={seq_len}")
+    if num_kv_pairs <= 0 or 4 * num_kv_pairs > seq_len:
+        raise ValueError(f"mqar: num_kv_pairs={num_kv_pairs} needs 4 * num_kv_pairs <= seq_len={seq_len} "
+                         f"(2 * kv slots for the pairs, kv even slots for the queries)")
+
+
+def _distinct(rng: np.random.Generator, n: int, low: int, high: int, k: int) -> np.ndarray:
+    """(n, k) integers from [low, high), distinct within each row, uniform over ordered
+    k-tuples (what ``choice(replace=False)`` gives row by row)."""
+    m = high - low
+    if 4 * k <= m:  # sparse: i.i.d. draws, redrawing rows with a repeat, is uniform and fast
+        out = rng.integers(low, high, size=(n, k))
+        while True:
+            s = np.sort(out, axis=1)
+            bad = np.flatnonzero((s[:, 1:] == s[:, :-1]).any(axis=1))
+            if not len(bad):
+                return out
+            out[bad] = rng.integers(low, high, size=(len(bad), k))
+    out = np.empty((n, k), dtype=np.int64)  # dense: a random ranking of all m candidates
+    rows = max(1, 2 ** 22 // m)  # bounds the (rows, m) scratch array
+    for s in range(0, n, rows):
+        u = rng.random((min(rows, n - s), m))
+        pick = np.argpartition(u, k - 1, axis=1)[:, :k]  # the k smallest: a uniform k-subset
+        order = np.argsort(np.take_along_axis(u, pick, 1), axis=1)  # ... in a uniform order
+        out[s:s + len(u)] = low + np.take_along_axis(pick, order, 1)
+    return out
+
+
+def _power_law_slots(rng: np.random.Generator, n: int, space: int, k: int, power_a: float) -> np.ndarray:
+    """(n, k) distinct slot indices in [0, space), drawn one after another with
+    P(slot g) ~ (g + 1)^(power_a - 1) among the slots not yet drawn (numpy's
+    ``choice(replace=False, p=...)``, as Zoology uses). The Gumbel top-k trick gives
+    exactly that sequential law in one vectorised sort."""
+    logp = (power_a - 1) * np.log(np.arange(1, space + 1))
+    out = np.empty((n, k), dtype=np.int64)
+    rows = max(1, 2 ** 22 // space)
+    for s in range(0, n, rows):
+        g = logp + rng.gumbel(size=(min(rows, n - s), space))
+        out[s:s + len(g)] = np.argsort(-g, axis=1)[:, :k]
+    return out
+
+
+def mqar_examples(num_examples: int, seq_len: int, num_kv_pairs: int, vocab_size: int, seed: int,
+                  split: str = "train", power_a: float = 0.01, random_non_queries: bool = True):
+    """``(inputs, labels)``, each (num_examples, seq_len) int64. ``labels[i, t]`` is
+    the value that must be predicted at query position t, -100 elsewhere."""
+    check_mqar(seq_len, num_kv_pairs, vocab_size)
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(SPLITS[split],)))
+    n, L, kv, V = num_examples, seq_len, num_kv_pairs, vocab_size
+    keys = _distinct(rng, n, 1, V // 2, kv)  # (n, kv)
+    values = _distinct(rng, n, V // 2, V, kv)  # (n, kv)
+    if random_non_queries:
+        inputs = rng.integers(0, V, size=(n, L), dtype=np.int64)
+    else:
+        inputs = np.zeros((n, L), dtype=np.int64)
+    inputs[:, 0:2 * kv:2], inputs[:, 1:2 * kv:2] = keys, values
+    # key j is queried at slot gap_j of the even positions after the pairs
+    query_pos = 2 * kv + 2 * _power_law_slots(rng, n, (L - 2 * kv) // 2, kv, power_a)  # (n, kv)
+    np.put_along_axis(inputs, query_pos, keys, axis=1)
+    labels = np.full((n, L), -100, dtype=np.int64)
+    np.put_along_axis(labels, query_pos, values, axis=1)
+    return torch.from_numpy(inputs), torch.from_numpy(labels)
+
+
+@dataclass
+class MQARConfig(StrictConfig):
+    seed: int = 0  # model init, data and batch order
+    # The defaults are the local CPU recipe (LOCAL_GRID's first point): attention reaches
+    # 0.99 in ~650 steps, under a minute of one CPU core. Zoology's scale: ZOOLOGY_FIG2_GRID.
+    model: ModelConfig = field(default_factory=lambda: ModelConfig(
+        vocab_size=128, d_model=64, n_layers=2, max_len=64, d_ff=0, mixer_options={"n_heads": 1}))
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(
+        steps=1500, batch_size=64, lr=3e-3, warmup_steps=30, eval_every=50, target=0.99))
+    seq_len: int = 64
+    num_kv_pairs: int = 4
+    vocab_size: int = 128
+    num_train_examples: int = 20_000
+    num_test_examples: int = 1_000
+    power_a: float = 0.01
+    random_non_queries: bool = True  # fill the unused slots with random tokens (else 0)
+    cache_dir: str | None = None  # None: $LINBENCH_CACHE/mqar or ~/.cache/linbench/mqar
+    eval_batch_size: int = 256
+
+    def __post_init__(self):
+        check_mqar(self.seq_len, self.num_kv_pairs, self.vocab_size)
+        if self.model.vocab_size != self.vocab_size:
+            raise ValueError(f"MQARConfig: model.vocab_size={self.model.vocab_size} must equal "
+                             f"vocab_size={self.vocab_size}")
+        if self.model.positions == "learned" and self.model.max_len < self.seq_len:
+            raise ValueError(f"MQARConfig: model.max_len={self.model.max_len} is shorter than "
+                             f"seq_len={self.seq_len}")
+        for name in ("num_train_examples", "num_test_examples", "eval_batch_size"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"MQARConfig: {name} must be positive, got {getattr(self, name)}")
+        if not self.power_a > 0:
+            raise ValueError(f"MQARConfig: power_a must be positive, got {self.power_a}")
+
+    def data_key(self, split: str) -> dict:
+        """Everything the generated data depends on (and nothing else)."""
+        n = self.num_train_examples if split == "train" else self.num_test_examples
+        return {"version": GENERATOR_VERSION, "split": split, "num_examples": n, "seq_len": self.seq_len,
+                "num_kv_pairs": self.num_kv_pairs, "vocab_size": self.vocab_size, "seed": self.seed,
+                "power_a": self.power_a, "random_non_queries": self.random_non_queries}
+
+
+def cache_root(cfg: MQARConfig) -> Path:
+    if cfg.cache_dir:
+        return Path(cfg.cache_dir).expanduser()
+    return Path(os.environ.get("LINBENCH_CACHE", "~/.cache/linbench")).expanduser() / "mqar"
+
+
+def load_split(cfg: MQARConfig, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The split's (inputs, labels), generated once and cached under a hash of its key."""
+    key = cfg.data_key(split)
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    path = cache_root(cfg) / f"mqar-{split}-{digest}.pt"
+    if path.exists():
+        data = torch.load(path, weights_only=True)
+        return data["inputs"].long(), data["labels"].long()
+    kw = {k: v for k, v in key.items() if k != "version"}
+    inputs, labels = mqar_examples(**kw)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    # int32 halves the file; the key rides along so a cached file explains itself
+    torch.save({"inputs": inputs.int(), "labels": labels.int(), "key": key}, tmp)
+    os.replace(tmp, path)  # atomic: concurrent jobs may race to write the same file
+    return inputs, labels
+
+
+def batch_sampler(n: int, batch_size: int, seed: int):
+    """``batch_fn(step) -> indices``: epochs of shuffled examples, a pure function of the
+    step (the training loop's resume relies on it)."""
+
+    @functools.lru_cache(maxsize=2)
+    def order(epoch: int) -> torch.Tensor:
+        g = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0]))
+        return torch.randperm(n, generator=g)
+
+    def indices(step: int) -> torch.Tensor:
+        flat = torch.arange(step * batch_size, (step + 1) * batch_size)
+        epochs, out = flat // n, torch.empty(batch_size, dtype=torch.long)
+        for e in epochs.unique().tolist():  # a batch may straddle two epochs
+            sel = epochs == e
+            out[sel] = order(e)[flat[sel] % n]
+        return out
+    return indices
+
+
+@torch.no_grad()
+def evaluate(model, inputs: torch.Tensor, labels: torch.Tensor, batch_size: int) -> dict:
+    """Accuracy over query positions (Zoology's ``valid/accuracy``: correct / labelled
+    positions, pooled over the whole test set) and the loss there."""
+    device = next(model.parameters()).device
+    correct = total = 0
+    loss_sum = 0.0
+    for s in range(0, len(inputs), batch_size):
+        x, y = inputs[s:s + batch_size].to(device), labels[s:s + batch_size].to(device)
+        logits = model(x)  # (B, L, V)
+        mask = y != -100
+        picked = logits[mask].float()  # (queries, V)
+        correct += (picked.argmax(-1) == y[mask]).sum().item()
+        total += mask.sum().item()
+        loss_sum += F.cross_entropy(picked, y[mask], reduction="sum").item()
+    return {"accuracy": correct / total, "test_loss": loss_sum / total}
+
+
+def run(cfg: MQARConfig, workdir: Path | None = None, progress: bool = True) -> dict:
+    t0 = time.perf_counter()
+    train_x, train_y = load_split(cfg, "train")
+    test_x, test_y = load_split(cfg, "test")
+    model = zoo.build_model(cfg.model, seed=cfg.seed)
+    try:
+        zoo.assert_causal(model)
+    except zoo.CausalityError as e:
+        raise ValueError(f"mqar: refusing to train a non-causal model (mixer={cfg.model.mixer!r}, "
+                         f"options={cfg.model.mixer_options}): {e}") from e
+    pick = batch_sampler(len(train_x), cfg.train.batch_size, cfg.seed)
+
+    def batch_fn(step: int):
+        idx = pick(step)
+        return train_x[idx], train_y[idx]
+
+    ckpt = Path(workdir) / "checkpoint.pt" if workdir is not None else None
+    if ckpt is not None:
+        ckpt.parent.mkdir(parents=True, exist_ok=True)
+    res = train(model, cfg.train, batch_fn, lm_loss,
+                eval_fn=lambda m: evaluate(m, test_x, test_y, cfg.eval_batch_size),
+                metric="accuracy", higher_is_better=True, checkpoint=ckpt, progress=progress,
+                desc=f"mqar {cfg.model.mixer} L={cfg.seq_len} kv={cfg.num_kv_pairs}")
+    last = res.history[-1] if res.history else {}
+    device = cfg.train.resolve_device()
+    return {
+        "task": "mqar", "status": res.status, "seed": cfg.seed,
+        "mixer": cfg.model.mixer, "mixer_options": json.dumps(cfg.model.mixer_options, sort_keys=True),
+        "d_model": cfg.model.d_model, "n_layers": cfg.model.n_layers, "lr": cfg.train.lr,
+        "seq_len": cfg.seq_len, "num_kv_pairs": cfg.num_kv_pairs, "vocab_size": cfg.vocab_size,
+        "accuracy": res.best,  # best evaluation, as Zoology reports its sweeps
+        "final_accuracy": last.get("accuracy"), "test_loss": last.get("test_loss"),
+        "train_loss": res.final_loss, "steps": res.steps, "stopped_early": res.stopped_early,
+        "tokens_seen": res.steps * cfg.train.batch_size * cfg.seq_len,
+        **model_metadata(model, cfg.seq_len),
+        "mixer_state_size": model.blocks[0].mixer.state_size(cfg.seq_len),
+        "wall_time": res.wall_time, "total_time": time.perf_counter() - t0,
+        "resumed_from": res.resumed_from, **environment(device, cfg.train.amp),
+    }
+
+
+# Grids as data; ``grid_configs`` (or a sweep file) turns them into MQARConfigs.
+# As in Zoology, blocks have no MLP (d_ff=0), attention has one head and learned
+# positions, and the other mixers get no position embeddings.
+ZOO_CONVENTIONS = {
+    "d_ff": 0, "n_layers": 2,
+    "learned_positions": ["attention", "sliding_window"],
+    "mixer_options": {"attention": {"n_heads": 1}, "sliding_window": {"n_heads": 1}},
+}
+
+# Runs on CPU in minutes: ~1 min per (mixer, point, lr) on one core.
+LOCAL_GRID = {
+    **ZOO_CONVENTIONS,
+    "points": [{"seq_len": 64, "num_kv_pairs": 4, "vocab_size": 128, "batch_size": 64},
+               {"seq_len": 128, "num_kv_pairs": 8, "vocab_size": 256, "batch_size": 64}],
+    "d_model": [64],
+    "lr": [1e-3, 3e-3],
+    "train": {"steps": 1500, "warmup_steps": 30, "eval_every": 50, "target": 0.99},
+    "num_train_examples": 20_000, "num_test_examples": 1_000,
+}
+
+# Zoology (Arora et al., 2023) Figure 2: 100k train / 3k test examples, batch size by
+# L, 64 epochs with a cosine decay to 0, early stop at 0.99 accuracy, evaluated every epoch.
+ZOOLOGY_FIG2_GRID = {
+    **ZOO_CONVENTIONS,
+    "points": [{"seq_len": 64, "num_kv_pairs": 4, "vocab_size": 8192, "batch_size": 512},
+               {"seq_len": 128, "num_kv_pairs": 8, "vocab_size": 8192, "batch_size": 512},
+               {"seq_len": 256, "num_kv_pairs": 16, "vocab_size": 8192, "batch_size": 256},
+               {"seq_len": 512, "num_kv_pairs": 64, "vocab_size": 8192, "batch_size": 128}],
+    "d_model": [64, 128, 256, 512],
+    "lr": [float(x) for x in np.logspace(-4, -2, 4)],
+    "epochs": 64,
+    "train": {"warmup_steps": 0, "min_lr_ratio": 0.0, "target": 0.99},
+    "num_train_examples": 100_000, "num_test_examples": 3_000,
+    # Zoology's generator fills the free slots with random tokens by default (as here);
+    # its figure-2 config file passes random_non_queries=False. Set False to match it.
+    "random_non_queries": True,
+}
+
+
+def grid_configs(grid: dict, mixer: str, mixer_options: dict | None = None, seed: int = 0,
+                 **overrides) -> list[MQARConfig]:
+    """One MQARConfig per (point, d_model, lr) of ``grid`` for ``mixer``. ``overrides``
+    replace top-level MQARConfig fields (e.g. ``cache_dir``)."""
+    options = {**grid["mixer_options"].get(mixer, {}), **(mixer_options or {})}
+    positions = "learned" if mixer in grid["learned_positions"] else "none"
+    out = []
+    for point in grid["points"]:
+        L, V, bs = point["seq_len"], point["vocab_size"], point["batch_size"]
+        n_train = grid["num_train_examples"]
+        train_kw = dict(grid["train"], batch_size=bs)
+        if "epochs" in grid:  # Zoology counts epochs and evaluates after each one
+            per_epoch = n_train // bs
+            train_kw.update(steps=grid["epochs"] * per_epoch, eval_every=per_epoch)
+        for d_model in grid["d_model"]:
+            for lr in grid["lr"]:
+                model = ModelConfig(vocab_size=V, d_model=d_model, n_layers=grid["n_layers"], max_len=L,
+                                    d_ff=grid["d_ff"], mixer=mixer, mixer_options=options,
+                                    positions=positions)
+                out.append(MQARConfig(seed=seed, model=model, train=TrainConfig(**train_kw, lr=lr),
+                                      seq_len=L, num_kv_pairs=point["num_kv_pairs"], vocab_size=V,
+                                      num_train_examples=n_train,
+                                      num_test_examples=grid["num_test_examples"],
+                                      random_non_queries=grid.get("random_non_queries", True), **overrides))
+    return out
+
+
+COLUMNS = ["mixer", "mixer_options", "seq_len", "num_kv_pairs", "d_model", "lr", "accuracy",
+           "steps", "state_size", "params", "wall_time", "status"]
+
+
+def main(argv=None) -> None:
+    from .scaling import format_table, parse_mixers  # the shared CLI helpers
+
+    p = argparse.ArgumentParser(description="MQAR on the local CPU recipe (see MQARConfig).")
+    p.add_argument("--mixers", default="attention,sliding_window:window=4",
+                   help="comma-separated name[:option=value...], e.g. sliding_window:window=4")
+    p.add_argument("--seq-len", type=int, default=64)
+    p.add_argument("--kv", type=int, default=4, help="key-value pairs per sequence")
+    p.add_argument("--vocab", type=int, default=128)
+    p.add_argument("--d-model", type=int, default=64)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--steps", type=int, default=1500)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--cache-dir", default=None)
+    p.add_argument("--workdir", type=Path, default=None, help="checkpoints go to WORKDIR/<mixer>/")
+    args = p.parse_args(argv)
+    rows = []
+    base = MQARConfig()
+    for name, options in parse_mixers(args.mixers):
+        positions = "learned" if name in ZOO_CONVENTIONS["learned_positions"] else "none"
+        options = {**ZOO_CONVENTIONS["mixer_options"].get(name, {}), **options}
+        model = base.model.replace(vocab_size=args.vocab, d_model=args.d_model, max_len=args.seq_len,
+                                   mixer=name, mixer_options=options, positions=positions)
+        cfg = base.replace(seed=args.seed, model=model, seq_len=args.seq_len, num_kv_pairs=args.kv,
+                           vocab_size=args.vocab, cache_dir=args.cache_dir,
+                           train=base.train.replace(steps=args.steps, lr=args.lr, device=args.device,
+                                                    batch_size=args.batch_size))
+        workdir = args.workdir / f"{name}-{len(rows)}" if args.workdir else None
+        rows.append(run(cfg, workdir=workdir))
+    print(format_table(rows, COLUMNS))
+
+
+if __name__ == "__main__":
+    main()
