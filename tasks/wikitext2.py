@@ -1,0 +1,277 @@
+"""Wikitext-2 language modelling, in the paper's presets and as short local runs.
+
+The paper (arXiv 2512.19428, Tables 1-2) trains d_model 256, d_ff 1024, 4 heads,
+learned positions, 30 epochs: 6 layers at L=128 with batch 32, and 12 layers at L=256
+with batch 16, on ``bert-base-uncased`` WordPiece ids of ``wikitext-2-raw-v1``. A run
+here is that preset with a budget in tokens, so a laptop runs a short prefix of the
+very recipe a cluster runs in full:
+
+    python -m tasks.wikitext2 --data-dir ../shared/data --mixer attention --budget-tokens 200000
+    python -m tasks.wikitext2 --preset paper-6L --mixer grassmann --variant raw --tokenizer bert-base-uncased
+
+The data defaults to the standard word-level recipe (``wikitext-2-v1``, 33,278 words),
+which a local folder holds whole; the paper's ids are ``--variant raw --tokenizer
+bert-base-uncased`` (hub only), and ``--tokenizer wordpiece`` is their offline stand-in.
+The training stream is cut into contiguous chunks of L tokens, visited in a fresh
+seeded order each epoch; evaluation scores the contiguous chunks of a split, and the
+test perplexity is measured with the weights of the best validation evaluation.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import zoo
+from zoo.config import StrictConfig, check_choice
+
+from .common import environment, lm_loss, model_metadata
+from .data import apply_sets, load_wikitext2, published_rows, unigram_perplexity
+from .train import TrainConfig, train
+
+# Presets as data. "tiny" is not the paper's: a shape a 2-core CPU trains in minutes.
+PRESETS = {
+    "paper-6L": dict(n_layers=6, seq_len=128, batch_size=32),
+    "paper-12L": dict(n_layers=12, seq_len=256, batch_size=16),
+    "tiny": dict(n_layers=2, seq_len=64, batch_size=16, d_model=64, d_ff=256),
+}
+PAPER = dict(d_model=256, d_ff=1024, n_heads=4, epochs=30, dropout=0.1)
+# The 12-layer GrassmannLM's one offset per layer (1,1,2,2,...,16,16); the 6-layer one
+# uses all of (1,2,4,8,12,16) in every layer, the zoo mixer's default.
+GRASSMANN_12L_OFFSETS = (1, 1, 2, 2, 4, 4, 8, 8, 12, 12, 16, 16)
+HEADED = ("attention", "sliding_window", "retnet")  # mixers whose n_heads the preset sets
+
+
+def paper_model_config(mixer: str = "attention", preset: str = "paper-6L", vocab_size: int = 30522,
+                       **mixer_options) -> zoo.ModelConfig:
+    """The preset's ModelConfig for ``mixer`` (the paper's post-LN block, tied embeddings,
+    learned positions over exactly L). Parameter-matched peers come from
+    ``zoo.match_params(paper_model_config("attention", preset), mixer)``."""
+    check_choice("paper_model_config", "preset", preset, sorted(PRESETS))
+    p = {**PAPER, **PRESETS[preset]}
+    options = {"n_heads": p["n_heads"]} if mixer in HEADED else {}
+    layers = ()
+    if mixer == "grassmann" and p["n_layers"] == len(GRASSMANN_12L_OFFSETS):
+        layers = tuple({"offsets": (o,)} for o in GRASSMANN_12L_OFFSETS)
+    return zoo.ModelConfig(vocab_size=vocab_size, d_model=p["d_model"], n_layers=p["n_layers"],
+                           d_ff=p["d_ff"], max_len=p["seq_len"], mixer=mixer,
+                           mixer_options={**options, **mixer_options}, layer_options=layers,
+                           block="postnorm", positions="learned", dropout=p["dropout"])
+
+
+@dataclass
+class WikiText2Config(StrictConfig):
+    seed: int = 0
+    preset: str = "paper-6L"  # a label for the record; the fields below hold its values
+    variant: str = "tokens"  # "tokens" (wikitext-2-v1) or "raw" (wikitext-2-raw-v1, the paper's)
+    tokenizer: str = "word"  # "word" (tokens only), "bert-base-uncased" (hub, the paper's), "wordpiece"
+    wordpiece_vocab: int = 30522  # target size of a WordPiece trained here
+    data_dir: str | None = None  # None: the Hugging Face hub; else a folder laid out as ../shared/data
+    cache_dir: str | None = None  # tokenized splits and trained tokenizers ($LINBENCH_CACHE)
+    seq_len: int = 128
+    epochs: float = 30
+    budget_tokens: int | None = None  # training tokens; None: `epochs` passes over train
+    eval_every_tokens: int | None = None  # None: once per epoch (and at the end)
+    eval_tokens: int | None = None  # tokens of valid/test scored; None: the whole split
+    model: zoo.ModelConfig = field(default_factory=paper_model_config)  # vocab_size: the tokenizer's
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(batch_size=32, lr=1e-3, warmup_steps=500))
+
+    def __post_init__(self):
+        check_choice("WikiText2Config", "variant", self.variant, ("tokens", "raw"))
+        check_choice("WikiText2Config", "tokenizer", self.tokenizer, ("word", "wordpiece", "bert-base-uncased"))
+        if self.tokenizer == "word" and self.variant != "tokens":
+            raise ValueError("WikiText2Config: tokenizer='word' needs variant='tokens'")
+        if self.model.max_len < self.seq_len:
+            raise ValueError(f"WikiText2Config: model.max_len={self.model.max_len} < seq_len={self.seq_len}")
+        for name in ("budget_tokens", "eval_every_tokens", "eval_tokens"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"WikiText2Config: {name} must be positive or None, got {value}")
+
+
+def preset_config(preset: str = "paper-6L", mixer: str = "attention", **fields) -> WikiText2Config:
+    """The task config of a preset for ``mixer``; ``fields`` override the rest."""
+    p = {**PAPER, **PRESETS[preset]}
+    # AdamW at lr 1e-3 (kanenorman/grassmann's default), 500 warm-up steps, cosine decay:
+    # optimiser settings are ours; the paper's are not in the issue.
+    base = WikiText2Config(preset=preset, seq_len=p["seq_len"], epochs=p["epochs"],
+                           model=paper_model_config(mixer, preset),
+                           train=TrainConfig(batch_size=p["batch_size"], lr=1e-3, warmup_steps=500))
+    return base.replace(**fields)
+
+
+class Chunks:
+    """Contiguous (input, target) chunks of L tokens of one stream: chunk i holds
+    tokens [iL, iL + L) and their successors."""
+
+    def __init__(self, ids: torch.Tensor, seq_len: int, max_tokens: int | None = None):
+        n = (len(ids) - 1) // seq_len
+        if max_tokens is not None:
+            n = min(n, math.ceil(max_tokens / seq_len))
+        if n < 1:
+            raise ValueError(f"a stream of {len(ids)} tokens has no chunk of {seq_len}")
+        self.ids, self.L, self.n = ids, seq_len, n
+
+    def get(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        pos = idx[:, None] * self.L + torch.arange(self.L + 1)  # (B, L+1)
+        x = self.ids[pos].long()
+        return x[:, :-1], x[:, 1:]
+
+
+def train_batches(chunks: Chunks, batch_size: int, seed: int):
+    """``batch_fn(step)``: batch ``step`` of an endless sequence of epochs, each a fresh
+    seeded permutation of the chunks; a pure function of the step (exact resume)."""
+
+    @lru_cache(maxsize=2)
+    def order(epoch: int) -> torch.Tensor:
+        return torch.randperm(chunks.n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
+
+    def batch_fn(step: int):
+        k = torch.arange(step * batch_size, (step + 1) * batch_size)
+        epochs, slots = (k // chunks.n).tolist(), (k % chunks.n).tolist()
+        return chunks.get(torch.tensor([int(order(e)[s]) for e, s in zip(epochs, slots)]))
+
+    return batch_fn
+
+
+@torch.no_grad()
+def perplexity(model, chunks: Chunks, batch_size: int) -> float:
+    """exp of the mean next-token loss over every scored token of the chunks."""
+    device = next(model.parameters()).device
+    total, count = 0.0, 0
+    for start in range(0, chunks.n, batch_size):
+        x, y = chunks.get(torch.arange(start, min(start + batch_size, chunks.n)))
+        logits = model(x.to(device))  # (B, L, V)
+        total += F.cross_entropy(logits.flatten(0, 1).float(), y.to(device).flatten(), reduction="sum").item()
+        count += y.numel()
+    return math.exp(total / count)
+
+
+def refuse_non_causal(model: zoo.LM) -> None:
+    """A language model that sees the tokens it predicts measures nothing."""
+    try:
+        zoo.assert_causal(model)
+    except zoo.CausalityError as e:
+        cfg = model.cfg
+        raise ValueError(f"refusing to train a non-causal model: mixer {cfg.mixer!r} with options "
+                         f"{cfg.mixer_options} (layer options {cfg.layer_options}) fails "
+                         f"zoo.assert_causal: {e}") from e
+
+
+def run(cfg: WikiText2Config, workdir: Path | None = None, progress: bool = True) -> dict:
+    corpus = load_wikitext2(cfg.variant, cfg.tokenizer, cfg.data_dir, cfg.cache_dir, cfg.wordpiece_vocab)
+    mcfg = cfg.model.replace(vocab_size=corpus["vocab_size"])
+    model = zoo.build_model(mcfg, seed=cfg.seed)
+    refuse_non_causal(model)
+
+    L, B = cfg.seq_len, cfg.train.batch_size
+    train_chunks = Chunks(corpus["train"], L)
+    valid, test = (Chunks(corpus[s], L, cfg.eval_tokens) for s in ("valid", "test"))
+    tokens_per_step = B * L
+    steps_per_epoch = math.ceil(train_chunks.n / B)
+    budget = cfg.budget_tokens or cfg.epochs * train_chunks.n * L
+    steps = max(1, math.ceil(budget / tokens_per_step))
+    every = math.ceil(cfg.eval_every_tokens / tokens_per_step) if cfg.eval_every_tokens else steps_per_epoch
+    # A short run of a long preset keeps its shape: warm-up is capped at a tenth of the run.
+    tcfg = cfg.train.replace(steps=steps, eval_every=min(every, steps),
+                             warmup_steps=min(cfg.train.warmup_steps, max(1, steps // 10)))
+
+    torch.manual_seed(cfg.seed)  # dropout: a rerun of the same config is the same run
+    ckpt = Path(workdir) / "checkpoint.pt" if workdir is not None else None  # a requeued job resumes here
+    if ckpt is not None:
+        ckpt.parent.mkdir(parents=True, exist_ok=True)
+    result = train(model, tcfg, train_batches(train_chunks, B, cfg.seed),
+                   loss_fn=lm_loss,
+                   eval_fn=lambda m: {"val_ppl": perplexity(m, valid, B)}, metric="val_ppl",
+                   checkpoint=ckpt, progress=progress,
+                   desc=f"wikitext2 {mcfg.mixer}")
+    device = tcfg.resolve_device()
+    test_ppl = None
+    if result.best_state is not None:
+        model.load_state_dict(result.best_state)
+        model.eval()
+        with torch.autocast(device.type, torch.bfloat16, enabled=device.type == "cuda" and tcfg.amp):
+            test_ppl = perplexity(model, test, B)
+    scored = valid.n * L  # the unigram bar is measured on the same validation tokens
+    return {
+        "task": "wikitext2", "preset": cfg.preset,
+        "setting": f"{mcfg.n_layers}L/{L}",  # as the published rows name theirs: layers/context
+        "mixer": mcfg.mixer, "mixer_options": json.dumps(mcfg.mixer_options, sort_keys=True),
+        "d_model": mcfg.d_model, "n_layers": mcfg.n_layers, "seed": cfg.seed, "status": result.status,
+        "variant": cfg.variant, "data_source": corpus["data_source"], "tokenizer": corpus["tokenizer"],
+        "vocab_size": corpus["vocab_size"], "seq_len": L, "batch_size": B,
+        "train_tokens": len(corpus["train"]), "budget_tokens": cfg.budget_tokens,
+        "steps": result.steps, "warmup_steps": tcfg.warmup_steps,
+        "tokens_seen": result.steps * tokens_per_step, "epochs_seen": result.steps / steps_per_epoch,
+        "val_tokens_scored": scored, "test_tokens_scored": test.n * L,
+        "eval_steps": [h["step"] for h in result.history],
+        "val_ppl_history": [h.get("val_ppl") for h in result.history],
+        "best_val_ppl": result.best, "test_ppl": test_ppl, "final_train_loss": result.final_loss,
+        "unigram_val_ppl": unigram_perplexity(corpus["train"], corpus["valid"][: scored + 1][1:],
+                                              corpus["vocab_size"]),
+        **model_metadata(model, L), "wall_time": result.wall_time, "resumed_from": result.resumed_from,
+        **environment(device, tcfg.amp),
+    }
+
+
+PAPER_NAMES = {"attention": "TransformerLM", "grassmann": "GrassmannLM"}
+
+
+def beside_published(record: dict) -> str:
+    """Our numbers and the published ones of the same setting, as a small table."""
+    ours = (f"{'ours':<34} {PAPER_NAMES.get(record['mixer'], record['mixer']):<14} "
+            f"{record['params'] / 1e6:>6.2f}M  best val {record['best_val_ppl']:.1f}  "
+            f"test {record['test_ppl']:.1f}" if record["best_val_ppl"] else f"ours: {record['status']}, no eval")
+    lines = [f"wikitext2 {record['preset']} ({record['setting']}), {record['mixer']}: "
+             f"{record['tokens_seen']:,} tokens seen ({record['epochs_seen']:.3f} epochs), "
+             f"{record['wall_time']:.0f} s on {record['device']}",
+             f"data {record['data_source']}", f"tokenizer {record['tokenizer']}, vocab {record['vocab_size']:,}",
+             f"unigram val ppl (train counts) {record['unigram_val_ppl']:.1f}; "
+             f"val/test scored on {record['val_tokens_scored']:,}/{record['test_tokens_scored']:,} tokens", ours]
+    rows = published_rows("wikitext2", record["setting"])
+    if not rows:
+        lines.append(f"(no published numbers for {record['setting']}; the paper's are 6L/128 and 12L/256)")
+    for r in rows:
+        params = f"{int(r['params']) / 1e6:.2f}M" if r["params"] else "?"
+        lines.append(f"{r['source']:<34} {r['model']:<14} {params:>7}  "
+                     f"{r['metric']} {r['split']} {r['value']}  {r['note']}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--preset", default="paper-6L", choices=sorted(PRESETS))
+    ap.add_argument("--mixer", default="attention", choices=sorted(zoo.MIXERS))
+    ap.add_argument("--variant", default="tokens", choices=["tokens", "raw"])
+    ap.add_argument("--tokenizer", default="word", choices=["word", "wordpiece", "bert-base-uncased"])
+    ap.add_argument("--data-dir", default=None, help="local folder laid out as ../shared/data (default: the hub)")
+    ap.add_argument("--cache-dir", default=None)
+    ap.add_argument("--budget-tokens", type=int, default=None, help="default: the preset's 30 epochs")
+    ap.add_argument("--eval-tokens", type=int, default=None, help="default: whole valid/test splits")
+    ap.add_argument("--eval-every-tokens", type=int, default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    ap.add_argument("--workdir", type=Path, default=None, help="checkpoint.pt lives here (resume)")
+    ap.add_argument("--out", type=Path, default=None, help="write the JSON record here")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override any config field, e.g. model.n_layers=2 or train.lr=3e-4")
+    args = ap.parse_args(argv)
+    cfg = preset_config(args.preset, args.mixer, variant=args.variant, tokenizer=args.tokenizer,
+                        data_dir=args.data_dir, cache_dir=args.cache_dir, budget_tokens=args.budget_tokens,
+                        eval_tokens=args.eval_tokens, eval_every_tokens=args.eval_every_tokens, seed=args.seed)
+    cfg = apply_sets(cfg.replace(train=cfg.train.replace(device=args.device)), args.set)
+    record = run(cfg, args.workdir)
+    if args.out:
+        args.out.write_text(json.dumps(record, indent=1))
+    print(beside_published(record))
+    return record
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,210 @@
+"""SNLI: the real local splits, pair encoding, every zoo mixer as a from-scratch
+classifier, the paper's heads over a frozen (randomly initialised) DistilBERT, Plücker
+features that carry geometry on real inputs, and offline runs that say what they ran on."""
+import itertools
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+import zoo
+from tasks import TASKS, data
+from tasks.snli import (EncoderClassifier, FrozenFeatures, LMClassifier, SNLIConfig, beside_published,
+                        encode_pairs, pad, run)
+from tasks.snli_heads import Head, HeadConfig
+from tasks.train import TrainConfig
+from zoo.mixers.grassmann import plucker
+
+DATA = Path(os.environ.get("LINBENCH_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
+needs_data = pytest.mark.skipif(not (DATA / "snli" / "dev.tsv").is_file(),
+                                reason=f"no local SNLI under {DATA} (set LINBENCH_DATA)")
+
+
+@pytest.fixture(scope="module")
+def splits():
+    return data.snli_splits(str(DATA))
+
+
+@pytest.fixture(scope="module")
+def words(splits):
+    train = splits[0]["train"]
+    return data.Words.build(train["premise"] + train["hypothesis"], specials=data.SPECIALS, unk="[UNK]",
+                            lowercase=True)
+
+
+@needs_data
+def test_local_splits_have_the_official_counts_and_say_what_they_are(splits):
+    s, about = splits
+    assert [len(s[k]["label"]) for k in ("train", "valid", "test")] == [9_842, 998, 9_824]
+    assert [Counter(s[k]["label"])[y] for k in ("train", "test") for y in (0, 1, 2)] == [
+        3329, 3235, 3278, 3368, 3219, 3237]  # dev and test: E / N / C as published
+    assert Counter(s["valid"]["label"]) == {0: 334, 1: 332, 2: 332}
+    assert "dev.tsv (offline substitute" in about["train"] and "train_sample_1000" in about["valid"]
+    assert s["train"]["premise"][0] == "Two women are embracing while holding to go packages."
+
+
+def test_pairs_are_encoded_and_trimmed_longest_side_first():
+    tok = data.Words.build(["a b c d e f", "x y"], specials=data.SPECIALS, unk="[UNK]", lowercase=True)
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    a, b, c, x, y = (tok.token_to_id(w) for w in "abcxy")
+    pair = {"premise": ["A b c"], "hypothesis": ["x y"]}
+    assert encode_pairs(tok, pair, 64, with_cls=True) == ([[cls, a, b, c, sep, x, y, sep]], 0)
+    assert encode_pairs(tok, pair, 64, with_cls=False) == ([[a, b, c, sep, x, y]], 0)
+    assert encode_pairs(tok, pair, 5, with_cls=False) == ([[a, b, sep, x, y]], 1)  # premise was longer
+    ids, mask = pad([[5, 6, 7], [8]], pad_id=0)
+    assert ids.tolist() == [[5, 6, 7], [8, 0, 0]] and mask.tolist() == [[True] * 3, [True, False, False]]
+
+
+@pytest.mark.parametrize("mixer", sorted(zoo.MIXERS))
+@pytest.mark.parametrize("pool", ["last", "mean"])
+def test_every_mixer_classifies_and_right_padding_changes_nothing(mixer, pool):
+    cfg = zoo.ModelConfig(vocab_size=50, d_model=32, n_layers=1, max_len=24, mixer=mixer,
+                          mixer_options={"r": 4, "offsets": (1, 2)} if mixer == "grassmann" else {})
+    model = LMClassifier(zoo.build_model(cfg, seed=0), pool).eval()
+    seqs = [list(range(3, 14)), list(range(20, 25))]
+    ids, mask = pad(seqs, pad_id=0)
+    with torch.no_grad():
+        batched = model(ids, mask)
+        alone = torch.cat([model(*pad([s], 0)) for s in seqs])
+    assert batched.shape == (2, 3)
+    # The causal backbone never lets a real token see the pads after it.
+    torch.testing.assert_close(batched, alone, atol=1e-5, rtol=1e-4)
+
+
+def reference_window_features(z, mask, n_heads, window, stride):
+    """Loops: per window, per head, the mean over real token pairs of the normalised wedge."""
+    B, L, r = z.shape
+    dh = r // n_heads
+    starts = range(0, max(L - window, 0) + stride, stride)
+    out = torch.zeros(B, len(starts), n_heads * dh * (dh - 1) // 2, dtype=z.dtype)
+    for b, (w, s), h in itertools.product(range(B), enumerate(starts), range(n_heads)):
+        idx = [t for t in range(s, min(s + window, L)) if mask[b, t]]
+        ps = []
+        for i, j in itertools.combinations(idx, 2):
+            u, v = z[b, i, h * dh:(h + 1) * dh], z[b, j, h * dh:(h + 1) * dh]
+            p = torch.stack([u[k] * v[l] - u[l] * v[k] for k in range(dh) for l in range(k + 1, dh)])
+            ps.append(p / p.norm())
+        if ps:
+            c = len(ps[0])
+            out[b, w, h * c:(h + 1) * c] = torch.stack(ps).mean(0)
+    return out
+
+
+def test_plucker_window_features_match_a_loop_reference():
+    cfg = HeadConfig(d_model=16, d_proj=6, n_heads=2, window=4, stride=3, n_layers=1)
+    layer = Head(cfg, d_in=16).double().layers[0]
+    h = torch.randn(2, 11, 16, dtype=torch.float64)
+    mask = torch.ones(2, 11, dtype=torch.bool)
+    mask[1, 6:] = False
+    feats, has_pair = layer.plucker_features(h, mask)
+    ref = reference_window_features(layer.reduce(h), mask, cfg.n_heads, cfg.window, cfg.stride)
+    torch.testing.assert_close(feats, ref)
+    assert has_pair.tolist() == [[True] * 4, [True, True, False, False]]  # window 2 of row 1 holds one token
+    assert layer(h, mask).shape == h.shape
+
+
+def tiny_backbone(vocab_size, pad_id):
+    transformers = pytest.importorskip("transformers")
+    conf = transformers.DistilBertConfig(vocab_size=vocab_size, dim=32, n_layers=1, n_heads=2, hidden_dim=64,
+                                         pad_token_id=pad_id)
+    torch.manual_seed(0)
+    return transformers.DistilBertModel(conf)
+
+
+@needs_data
+def test_grassmann_head_features_are_not_zero_on_real_inputs(splits, words):
+    dev = {k: v[:64] for k, v in splits[0]["train"].items()}
+    seqs, _ = encode_pairs(words, dev, 128, with_cls=True)
+    ids, mask = pad(seqs, words.token_to_id("[PAD]"))
+    features = FrozenFeatures(tiny_backbone(words.vocab_size, words.token_to_id("[PAD]")))
+    head = Head(HeadConfig(), d_in=32)  # the paper's: d_proj 64, window 8, stride 8, 4 heads
+    with torch.no_grad():
+        h = head.proj(features(ids, mask))
+        feats, has_pair = head.layers[0].plucker_features(h, mask)
+    per_window = feats.norm(dim=-1)  # (B, W)
+    assert has_pair.any(1).all() and (per_window[has_pair] > 0.1).all()
+    assert (per_window[~has_pair] == 0).all()
+    # What a known reproduction computes instead: the pooled vector wedged with itself.
+    pooled = h.mean(1)[:, :64]
+    assert plucker(pooled, pooled).abs().max() == 0
+
+
+@needs_data
+def test_frozen_backbone_does_not_train_and_heads_do(words):
+    pad_id = words.token_to_id("[PAD]")
+    for kind in ("grassmann", "transformer"):
+        model = EncoderClassifier(FrozenFeatures(tiny_backbone(words.vocab_size, pad_id)),
+                                  Head(HeadConfig(kind=kind, d_model=32, d_ff=64), d_in=32)).train()
+        assert not model.features.encoder.training  # no dropout in frozen features
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        ids, mask = pad([[2, 7, 8, 3, 9, 3], [2, 10, 3, 11, 3]], pad_id)
+        opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+        torch.nn.functional.cross_entropy(model(ids, mask), torch.tensor([0, 2])).backward()
+        opt.step()
+        moved = {k for k, v in model.state_dict().items() if not torch.equal(v, before[k])}
+        assert moved and all(k.startswith("head.") for k in moved), kind
+
+
+def scratch_config(mixer="attention", **fields) -> SNLIConfig:
+    model = zoo.ModelConfig(vocab_size=8, d_model=32, n_layers=1, d_ff=64, max_len=64, mixer=mixer)
+    return SNLIConfig(data_dir=str(DATA), max_len=64, model=model,
+                      train=TrainConfig(batch_size=32, lr=3e-3, warmup_steps=5, device="cpu"), **fields)
+
+
+@needs_data
+def test_offline_scratch_run_trains_on_dev_and_says_so(tmp_path):
+    rec = run(scratch_config(cache_dir=str(tmp_path), budget_examples=640, eval_examples=200), progress=False)
+    assert rec["status"] == "ok" and rec["steps"] == 20 and rec["examples_seen"] == 640
+    assert "offline substitute" in rec["train_data"] and rec["test_data"].endswith("test.tsv")
+    assert rec["n_train"] == 9_842 and rec["n_val"] == rec["n_test"] == 200 and rec["mixer"] == "attention"
+    assert 0 <= rec["test_accuracy"] <= 1 and rec["best_val_accuracy"] == max(rec["val_accuracy_history"])
+    assert rec["tokenizer"].startswith("word") and rec["setting"] == "scratch"
+    json.dumps(rec)
+    assert TASKS["snli"][0] is SNLIConfig
+
+
+@needs_data
+def test_offline_distilbert_setting_with_a_random_backbone(tmp_path):
+    cfg = SNLIConfig(setting="distilbert", backbone="random", data_dir=str(DATA), cache_dir=str(tmp_path),
+                     backbone_options=dict(dim=32, n_layers=1, n_heads=2, hidden_dim=64),
+                     head=HeadConfig(d_model=32, d_ff=64, d_proj=16), budget_examples=128, eval_examples=64,
+                     train=TrainConfig(batch_size=32, lr=1e-3, warmup_steps=1, device="cpu"))
+    rec = run(cfg, progress=False)
+    assert rec["status"] == "ok" and rec["head"] == "grassmann" and rec["mixer"] == "grassmann"
+    assert rec["backbone"].startswith("random DistilBERT") and rec["params_trainable"] < rec["params"]
+    text = beside_published(rec)
+    assert "0.8538" in text and "Grassmann-Plücker head" in text
+
+
+@needs_data
+@pytest.mark.skipif("grassmann" not in zoo.MIXERS, reason="the grassmann mixer is not registered")
+def test_a_non_causal_backbone_is_refused(tmp_path):
+    cfg = scratch_config(cache_dir=str(tmp_path), budget_examples=32)
+    leaky = cfg.model.replace(mixer="grassmann", mixer_options={"r": 4, "offsets": (1,), "pairing": "future"})
+    with pytest.raises(ValueError, match="non-causal model: mixer 'grassmann'"):
+        run(cfg.replace(model=leaky), progress=False)
+
+
+def test_config_and_hub_errors(monkeypatch):
+    with pytest.raises(ValueError, match="bert-base-uncased"):
+        SNLIConfig(setting="distilbert", tokenizer="word")
+    with pytest.raises(ValueError, match="every token in some window"):
+        HeadConfig(window=8, stride=9)
+    with pytest.raises(ValueError, match="n_heads"):
+        HeadConfig(d_proj=4, n_heads=4)  # 1 dimension per head spans no plane
+    datasets = pytest.importorskip("datasets")
+
+    def offline(*a, **k):
+        raise ConnectionError("no route to the hub")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(data.DataUnavailable, match="--data-dir"):
+        data.snli_splits(None)
+    rows = {"premise": ["p1", "p2"], "hypothesis": ["h1", "h2"], "label": [2, -1]}
+    monkeypatch.setattr(datasets, "load_dataset", lambda name, config, split: rows)
+    splits, about = data.snli_splits(None)
+    assert splits["train"] == {"premise": ["p1"], "hypothesis": ["h1"], "label": [2]}  # -1: no gold label
+    assert about["valid"] == "hub:stanfordnlp/snli/validation"

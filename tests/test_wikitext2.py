@@ -1,0 +1,167 @@
+"""Wikitext-2: loaders on the real local files, chunking, the unigram bar, a short run
+that clears it, the paper presets, no silent fallback to or from the hub, and the
+refusal of a non-causal model."""
+import json
+import math
+import os
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+import zoo
+from tasks import TASKS, data
+from tasks.train import TrainConfig
+from tasks.wikitext2 import (Chunks, WikiText2Config, beside_published, paper_model_config, preset_config,
+                             run, train_batches)
+
+DATA = Path(os.environ.get("LINBENCH_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
+needs_data = pytest.mark.skipif(not (DATA / "wikitext-2" / "train.txt").is_file(),
+                                reason=f"no local Wikitext-2 under {DATA} (set LINBENCH_DATA)")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("cache"))
+
+
+@pytest.fixture(scope="module")
+def words(cache):
+    return data.load_wikitext2("tokens", "word", str(DATA), cache)
+
+
+@needs_data
+def test_word_level_splits_have_the_official_token_counts(words):
+    assert [len(words[s]) for s in ("train", "valid", "test")] == [2_088_628, 217_646, 245_569]
+    assert words["vocab_size"] == 33_278 and words["data_source"] == f"local:{DATA / 'wikitext-2'}"
+    # Independently of the loader: whitespace tokens + one <eos> per line of the file.
+    lines = (DATA / "wikitext-2" / "valid.txt").read_text(encoding="utf-8").splitlines()
+    assert sum(len(l.split()) + 1 for l in lines) == 217_646
+    assert int((words["valid"] == words["valid"][-1]).sum()) == len(lines)  # the last token, <eos>, once a line
+
+
+@needs_data
+def test_unigram_perplexity_is_the_add_one_unigram_of_the_train_counts(words):
+    train = (DATA / "wikitext-2" / "train.txt").read_text(encoding="utf-8").splitlines()
+    valid = (DATA / "wikitext-2" / "valid.txt").read_text(encoding="utf-8").splitlines()[:300]
+    counts = Counter(w for l in train for w in l.split() + ["<eos>"])
+    n, v = sum(counts.values()), len(counts)
+    toks = [w for l in valid for w in l.split() + ["<eos>"]]
+    ref = math.exp(-sum(math.log((counts[w] + 1) / (n + v)) for w in toks) / len(toks))
+    ours = data.unigram_perplexity(words["train"], words["valid"][: len(toks)], words["vocab_size"])
+    assert ours == pytest.approx(ref, rel=1e-9)
+    assert 900 < data.unigram_perplexity(words["train"], words["valid"], words["vocab_size"]) < 1000
+
+
+def test_chunks_are_contiguous_and_epochs_visit_every_chunk_once():
+    ids = torch.arange(1000, dtype=torch.int32)
+    ch = Chunks(ids, seq_len=16)
+    assert ch.n == 62  # (1000 - 1) // 16
+    x, y = ch.get(torch.tensor([0, 5]))
+    assert x[1].tolist() == list(range(80, 96)) and torch.equal(y, x + 1)
+    assert Chunks(ids, 16, max_tokens=40).n == 3
+    batch = train_batches(ch, batch_size=31, seed=3)
+    firsts = torch.cat([batch(s)[0][:, 0] for s in (0, 1)])  # steps 0-1: exactly epoch 0
+    assert sorted((firsts // 16).tolist()) == list(range(62))
+    assert torch.equal(batch(5)[0], train_batches(ch, 31, 3)(5)[0])  # a pure function of the step
+    assert not torch.equal(batch(2)[0], batch(0)[0])  # epoch 1 is a new order
+
+
+def test_paper_presets():
+    six = paper_model_config("attention", "paper-6L")
+    assert zoo.config_params(six) == 12_585_472  # the paper's 12.59M TransformerLM
+    assert (six.d_model, six.d_ff, six.n_layers, six.max_len, six.block) == (256, 1024, 6, 128, "postnorm")
+    twelve = preset_config("paper-12L", "grassmann")
+    assert (twelve.seq_len, twelve.train.batch_size, twelve.model.n_layers, twelve.epochs) == (256, 16, 12, 30)
+    assert [o["offsets"] for o in twelve.model.layer_options] == [
+        (1,), (1,), (2,), (2,), (4,), (4,), (8,), (8,), (12,), (12,), (16,), (16,)]
+    assert preset_config("paper-6L").train.batch_size == 32
+    with pytest.raises(ValueError, match="max_len"):
+        preset_config("paper-6L", seq_len=256)
+    with pytest.raises(ValueError, match="variant='tokens'"):
+        WikiText2Config(variant="raw", tokenizer="word")
+    assert TASKS["wikitext2"][0] is WikiText2Config
+
+
+def tiny_config(**fields) -> WikiText2Config:
+    model = paper_model_config("attention", "tiny").replace(d_model=32, d_ff=128, n_layers=1, max_len=32,
+                                                            block="prenorm", dropout=0.0)
+    return WikiText2Config(preset="tiny", data_dir=str(DATA), seq_len=32, model=model,
+                           train=TrainConfig(batch_size=16, lr=2e-2, warmup_steps=10, device="cpu"), **fields)
+
+
+@needs_data
+def test_a_short_offline_subword_run_beats_the_unigram_baseline(cache):
+    pytest.importorskip("tokenizers")
+    # The raw variant offline: a WordPiece trained on the word-level train split, raw valid/test.
+    cfg = tiny_config(variant="raw", tokenizer="wordpiece", wordpiece_vocab=1000, cache_dir=cache,
+                      budget_tokens=120 * 16 * 32, eval_every_tokens=60 * 16 * 32, eval_tokens=4096)
+    rec = run(cfg, progress=False)
+    assert rec["status"] == "ok" and rec["steps"] == 120 and rec["tokens_seen"] == 120 * 16 * 32
+    assert "raw train split is not available offline" in rec["data_source"]
+    assert rec["tokenizer"].startswith("wordpiece trained on the word-level train split")
+    assert rec["vocab_size"] <= 1000 and rec["setting"] == "1L/32"
+    assert len(rec["val_ppl_history"]) == 2 and rec["best_val_ppl"] == min(rec["val_ppl_history"])
+    assert rec["best_val_ppl"] < 0.97 * rec["unigram_val_ppl"], rec
+    assert math.isfinite(rec["test_ppl"]) and rec["val_tokens_scored"] == 4096
+    json.dumps(rec)  # the record is plain JSON
+
+
+@needs_data
+def test_a_requeued_run_resumes_from_its_workdir(cache, tmp_path):
+    cfg = tiny_config(cache_dir=cache, budget_tokens=3 * 4 * 32, eval_tokens=256)
+    cfg = cfg.replace(train=cfg.train.replace(batch_size=4, checkpoint_every=3))
+    first = run(cfg, workdir=tmp_path / "job", progress=False)
+    assert (tmp_path / "job" / "checkpoint.pt").is_file() and first["resumed_from"] is None
+    again = run(cfg, workdir=tmp_path / "job", progress=False)
+    assert again["resumed_from"] == 3 and again["steps"] == 3
+    assert again["best_val_ppl"] == first["best_val_ppl"] and again["test_ppl"] == first["test_ppl"]
+
+
+@needs_data
+@pytest.mark.skipif("grassmann" not in zoo.MIXERS, reason="the grassmann mixer is not registered")
+def test_a_non_causal_model_is_refused(cache):
+    leaky = paper_model_config("grassmann", "tiny").replace(
+        d_model=32, n_layers=1, max_len=32, mixer_options={"r": 4, "offsets": (1, 2), "pairing": "future"})
+    with pytest.raises(ValueError, match="non-causal model: mixer 'grassmann'.*future"):
+        run(tiny_config(cache_dir=cache, budget_tokens=512).replace(model=leaky), progress=False)
+
+
+def test_no_silent_fallback_from_the_hub(monkeypatch, tmp_path):
+    datasets = pytest.importorskip("datasets")
+
+    def offline(*a, **k):
+        raise ConnectionError("no route to the hub")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(data.DataUnavailable, match="--data-dir"):
+        data.load_wikitext2("tokens", "word", data_dir=None, cache_dir=str(tmp_path))
+    # Reachable hub (faked): rows are the files' lines, and the record says "hub".
+    rows = {"train": [" a b \n", "", " b c \n"], "validation": [" a \n"], "test": [" c d \n"]}
+    monkeypatch.setattr(datasets, "load_dataset", lambda name, config, split: {"text": rows[split]})
+    hub = data.load_wikitext2("tokens", "word", data_dir=None, cache_dir=str(tmp_path))
+    assert hub["data_source"] == "hub:Salesforce/wikitext/wikitext-2-v1"
+    assert [len(hub[s]) for s in ("train", "valid", "test")] == [3 + 1 + 3, 2, 3]  # "d" is <unk>
+
+
+def test_hub_tokenizer_failure_is_an_error(monkeypatch):
+    transformers = pytest.importorskip("transformers")
+
+    def offline(*a, **k):
+        raise OSError("cannot reach the hub")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", offline)
+    with pytest.raises(data.DataUnavailable, match="tokenizer='wordpiece'"):
+        data.hub_wordpiece("bert-base-uncased")
+
+
+def test_our_numbers_print_beside_the_published_ones():
+    rec = {"preset": "paper-6L", "setting": "6L/128", "mixer": "grassmann", "tokens_seen": 4096,
+           "epochs_seen": 0.002, "wall_time": 1.0, "device": "cpu", "data_source": "local:x",
+           "tokenizer": "word", "vocab_size": 33278, "unigram_val_ppl": 967.6, "val_tokens_scored": 128,
+           "test_tokens_scored": 128, "params": 13_000_000, "best_val_ppl": 900.0, "test_ppl": 950.0}
+    text = beside_published(rec)
+    assert "GrassmannLM" in text and "275.7" in text and "356.6" in text and "181.66" in text
+    assert "235.2" not in text  # 12L/256 rows belong to the other preset
+    assert {r["setting"] for r in data.published_rows("wikitext2")} == {"6L/128", "12L/256", "6L/256"}
