@@ -1,0 +1,158 @@
+"""Figures of a sweep, drawn from its long-format table (``records.records_frame``).
+
+Every figure aggregates seeds the same way: the line is the mean over seeds and the
+band seaborn's 95% bootstrap confidence interval. A figure is drawn only when the
+records hold its data, so ``plot_all`` works on any sweep.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display on a cluster node or in CI
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+from matplotlib import ticker  # noqa: E402
+
+CI = ("ci", 95)
+# Scaling measurements by the names a record may use for them, with their axis label.
+SCALING_METRICS = {
+    "latency": (("median_ms", "latency_ms"), "latency (ms)"),
+    "throughput": (("tokens_per_s", "throughput"), "throughput (tokens/s)"),
+    "memory": (("peak_mem_mb", "peak_memory_mb"), "peak memory (MB)"),
+}
+FAILED_POINT = {"oom": "x", "timeout": "+"}  # how a point that could not be measured is marked
+
+
+def _hue(df: pd.DataFrame) -> str:
+    """Runs are told apart by their sweep label when the sweep gives labels, else by mixer."""
+    if "label" in df and df["label"].nunique() > 1 and not (df["label"] == df.get("task")).all():
+        return "label"
+    return "mixer" if "mixer" in df else "label"
+
+
+def _ok(df: pd.DataFrame, task: str) -> pd.DataFrame:
+    """The task's rows of finished runs, with whole-number columns back to integers (a
+    column that another task leaves empty turns float: "L = 64.0" in a title)."""
+    if "task" not in df:
+        return df.iloc[0:0]
+    rows = df[df["task"] == task]
+    rows = rows[rows["run_status"] == "ok"] if "run_status" in rows else rows
+    rows = rows.dropna(axis=1, how="all").copy()
+    for col in ("seq_len", "d_model", "num_kv_pairs", "seed", "params", "n_layers"):
+        if col in rows and pd.api.types.is_float_dtype(rows[col]):
+            values = rows[col].dropna()
+            if len(values) == len(rows) and (values == values.round()).all():
+                rows[col] = rows[col].astype(int)
+    return rows
+
+
+def _lengths_axis(g, values) -> None:
+    """Log base 2 with a plain label at each length or width that was run."""
+    values = sorted({int(v) for v in values})
+    for ax in g.axes.flat:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(values, [str(v) for v in values])
+        ax.xaxis.set_minor_locator(ticker.NullLocator())
+
+
+def _log_y(g) -> None:
+    """Log y labelled at 1, 2, 5 x 10^k: readable over one decade or many."""
+    for ax in g.axes.flat:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_locator(ticker.LogLocator(subs=(2, 5)))
+        ax.yaxis.set_minor_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+
+
+def _save(fig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def plot_perplexity(df: pd.DataFrame, out: Path) -> Path | None:
+    """Language modelling: perplexity against parameter count, one line per model."""
+    rows = _ok(df, "wikitext2")
+    y = next((c for c in ("test_ppl", "best_val_ppl") if c in rows and rows[c].notna().any()), None)
+    if rows.empty or y is None or "params" not in rows:
+        return None
+    rows = rows[rows[y].notna()]
+    col = "setting" if "setting" in rows and rows["setting"].nunique() > 1 else None
+    g = sns.relplot(rows, kind="line", x="params", y=y, hue=_hue(rows), col=col, marker="o",
+                    errorbar=CI, err_style="bars", facet_kws={"sharey": False}, height=3.6)
+    g.set(xscale="log", xlabel="parameters")
+    for ax in g.axes.flat:
+        ax.xaxis.set_major_formatter(ticker.EngFormatter(sep=""))
+        ax.xaxis.set_minor_formatter(ticker.EngFormatter(sep=""))
+    g.set_ylabels("test perplexity" if y == "test_ppl" else "best validation perplexity")
+    return _save(g.figure, out / "wikitext2_perplexity_vs_params.png")
+
+
+def plot_mqar(df: pd.DataFrame, out: Path) -> Path | None:
+    """MQAR accuracy against model width, one panel per sequence length (Zoology's
+    figure). With several learning rates, each point takes the best one, per seed."""
+    rows = _ok(df, "mqar")
+    if rows.empty or "accuracy" not in rows:
+        return None
+    hue = _hue(rows)
+    keys = [k for k in (hue, "d_model", "seq_len", "num_kv_pairs", "seed") if k in rows]
+    best = rows.groupby(keys, dropna=False)["accuracy"].max().reset_index()
+    row = "num_kv_pairs" if "num_kv_pairs" in best and best["num_kv_pairs"].nunique() > 1 else None
+    g = sns.relplot(best, kind="line", x="d_model", y="accuracy", hue=hue, col="seq_len", row=row,
+                    marker="o", errorbar=CI, height=3.2)
+    g.set(ylim=(-0.02, 1.02))
+    _lengths_axis(g, best["d_model"])
+    g.set_titles(col_template="L = {col_name}", row_template="{row_name} kv pairs")
+    return _save(g.figure, out / "mqar_accuracy_vs_d_model.png")
+
+
+def plot_scaling(df: pd.DataFrame, out: Path) -> list[Path]:
+    """Latency, throughput and memory against sequence length, log-log, one line per
+    mixer and a panel per pass; the lengths at which a mixer ran out of memory (or of
+    time) are marked along the top of the panel."""
+    if "task" not in df or "seq_len" not in df:
+        return []
+    rows = _ok(df, "scaling")
+    if rows.empty:
+        return []
+    point_ok = rows["status"] == "ok" if "status" in rows else pd.Series(True, index=rows.index)
+    failed = rows[rows["status"].isin(list(FAILED_POINT))] if "status" in rows else rows.iloc[0:0]
+    hue = _hue(rows)
+    facet = next((c for c in ("mode", "pass", "phase") if c in rows and rows[c].nunique() > 1), None)
+    names = sorted(rows[hue].dropna().unique())  # one colour per mixer in lines and crosses alike
+    palette = dict(zip(names, sns.color_palette(n_colors=len(names))))
+    paths = []
+    for name, (candidates, label) in SCALING_METRICS.items():
+        y = next((c for c in candidates if c in rows and rows[c].notna().any()), None)
+        if y is None:
+            continue
+        ok = rows[point_ok & rows[y].notna()]
+        g = sns.relplot(ok, kind="line", x="seq_len", y=y, hue=hue, col=facet, marker="o", errorbar=CI,
+                        hue_order=list(palette), palette=palette, height=3.4, facet_kws={"sharey": False})
+        g.set(xlabel="sequence length L")
+        _lengths_axis(g, rows["seq_len"].dropna())
+        _log_y(g)
+        g.set_ylabels(label)
+        for key, ax in g.axes_dict.items() if facet else [(None, g.ax)]:
+            marks = failed if facet is None else failed[failed[facet] == key]
+            top = ax.get_ylim()[1]
+            for (mixer, status), pts in marks.groupby([hue, "status"]):
+                lengths = sorted(pts["seq_len"].unique())  # once per length, whatever the seeds
+                ax.scatter(lengths, [top] * len(lengths), marker=FAILED_POINT[status], s=60,
+                           color=palette[mixer], clip_on=False, zorder=5)
+            if not marks.empty:
+                legend = ", ".join(f"{m} = {s}" for s, m in FAILED_POINT.items() if s in set(marks["status"]))
+                ax.annotate(legend, (0.02, 0.97), xycoords="axes fraction", va="top", fontsize=8)
+        paths.append(_save(g.figure, out / f"scaling_{name}_vs_L.png"))
+    return paths
+
+
+def plot_all(df: pd.DataFrame, out: str | Path) -> list[Path]:
+    out = Path(out)
+    sns.set_theme(style="whitegrid", context="paper")
+    paths = [plot_perplexity(df, out), plot_mqar(df, out), *plot_scaling(df, out)]
+    return [p for p in paths if p is not None]

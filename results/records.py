@@ -1,0 +1,169 @@
+"""Run records: one JSON file per finished run, and a sweep's records as one table.
+
+A record is written to a temporary file in the same folder and renamed over its final
+name, so a reader (or a second job) never sees half a record, and jobs that finish at
+the same moment each replace only their own file.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import platform
+import socket
+import subprocess
+import sys
+import uuid
+from importlib import metadata
+from pathlib import Path
+
+STATUSES = ("ok", "failed", "diverged", "oom", "timeout")
+PACKAGES = ("torch", "numpy", "triton", "mamba-ssm", "causal-conv1d", "flash-attn", "submitit", "linbench")
+REPO = Path(__file__).resolve().parent.parent
+
+
+def record_path(results_dir: str | Path, sweep: str, run_id: str) -> Path:
+    return Path(results_dir) / sweep / f"{run_id}.json"
+
+
+def _jsonable(obj):
+    """Metrics may hold numpy/torch scalars or NaN; JSON gets plain numbers and null."""
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if hasattr(obj, "item") and callable(obj.item) and getattr(obj, "ndim", 0) == 0:
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    return str(obj)
+
+
+def write_record(path: str | Path, record: dict) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")  # unique per writer
+    try:
+        with open(tmp, "w") as f:
+            json.dump(_jsonable(record), f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def read_record(path: str | Path) -> dict | None:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def load_records(sweep_dir: str | Path, run_ids=None) -> list[dict]:
+    """Every record in a sweep folder (only those of ``run_ids`` when given)."""
+    wanted = set(run_ids) if run_ids is not None else None
+    out = []
+    for path in sorted(Path(sweep_dir).glob("*.json")):
+        if wanted is not None and path.stem not in wanted:
+            continue
+        rec = read_record(path)
+        if rec is not None:
+            out.append(rec)
+    return out
+
+
+def _git(*args) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def provenance() -> dict:
+    """Where and with what a run ran; the task's record adds device, dtype and backends."""
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    job = os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID")
+    task = os.environ.get("SLURM_ARRAY_TASK_ID")
+    return {
+        "git_commit": _git("rev-parse", "HEAD"),
+        "git_dirty": bool(status) if status is not None else None,
+        "packages": versions,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "host": socket.gethostname(),
+        "slurm_job_id": f"{job}_{task}" if job and task else job,
+    }
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+# --- one table ------------------------------------------------------------------
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in d.items():
+        if isinstance(value, dict) and key != "backends":
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+# Short names for the config fields every plot groups by.
+ALIASES = {"mixer": "config.model.mixer", "d_model": "config.model.d_model",
+           "n_layers": "config.model.n_layers", "seed": "config.seed"}
+
+
+def records_frame(records: list[dict]):
+    """Long format: one row per run, or one row per point for multi-point runs (the
+    ``points`` list is exploded). Columns: run_id, sweep, task, label, status and
+    run_status (the record's), error, resumed, attempts, git_commit, host, executor,
+    slurm_job_id, ``config.<path>`` for every config field, the
+    task's metrics by their own names, and for exploded rows each point's fields (a
+    point field that shadows a run-level one keeps the plain name, e.g. a point's
+    ``status`` "oom"; the run-level value moves to ``run.<name>``)."""
+    rows = []
+    for rec in records:
+        base = {"run_id": rec.get("run_id"), "sweep": rec.get("sweep"), "task": rec.get("task"),
+                "label": rec.get("label") or (rec.get("metrics") or {}).get("label") or rec.get("task"),
+                "status": rec.get("status"),
+                "run_status": rec.get("status"), "error": rec.get("error"), "resumed": rec.get("resumed", False),
+                "attempts": rec.get("attempts")}
+        prov = rec.get("provenance") or {}
+        base.update({k: prov.get(k) for k in ("git_commit", "host", "executor", "slurm_job_id")})
+        base.update(_flatten(rec.get("config", {}), "config."))
+        metrics = dict(rec.get("metrics") or {})
+        points = metrics.pop("points", None)
+        for key, value in metrics.items():
+            base.setdefault(key, value if not isinstance(value, dict) else json.dumps(value, sort_keys=True))
+        for alias, column in ALIASES.items():
+            if column in base:
+                base.setdefault(alias, base[column])
+        if not points:
+            rows.append(base)
+            continue
+        for point in points:
+            row = dict(base)
+            for key, value in point.items():
+                if key in row:
+                    row[f"run.{key}"] = row[key]
+                row[key] = value
+            rows.append(row)
+    import pandas as pd  # only the readers of results need it, not every job
+
+    return pd.DataFrame(rows)

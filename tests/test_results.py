@@ -1,0 +1,197 @@
+"""Records (atomic, concurrent writers), the long-format table, figures and the report."""
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing as mp
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from matplotlib.collections import PathCollection
+
+from results import plots
+from results.records import load_records, read_record, records_frame, write_record
+from results.report import report_markdown, write_report
+from sweeps.cli import main as cli
+from test_sweeps import toy_task  # noqa: F401  (autouse: registers the toy task)
+
+
+def rec(run_id, task, metrics, status="ok", label="", **config):
+    return {"run_id": run_id, "sweep": "s", "task": task, "label": label, "status": status,
+            "error": None if status == "ok" else "Traceback ...\nRuntimeError: boom",
+            "config": {"seed": config.pop("seed", 0), "model": {"mixer": config.pop("mixer", "attention"),
+                                                             "d_model": config.pop("d_model", 64)}, **config},
+            "metrics": metrics, "resumed": False, "attempts": 1, "provenance": {"git_commit": "abc"}}
+
+
+# --- records ------------------------------------------------------------------------
+
+def test_record_values_become_plain_json(tmp_path):
+    path = write_record(tmp_path / "a" / "r.json", {"nan": float("nan"), "np": np.float32(0.5),
+                                                     "t": torch.tensor(3), "tup": (1, 2), "p": Path("/x")})
+    assert json.loads(path.read_text()) == {"nan": None, "np": 0.5, "t": 3, "tup": [1, 2], "p": "/x"}
+    assert read_record(tmp_path / "missing.json") is None
+
+
+def _writer(args):
+    path, k = args
+    for i in range(30):
+        write_record(path, {"writer": k, "i": i, "pad": "x" * 20_000})  # big enough to tear if not atomic
+        write_record(Path(path).with_name(f"own{k}.json"), {"writer": k, "i": i})
+    return k
+
+
+def test_concurrent_writers_never_leave_a_torn_or_temporary_file(tmp_path):
+    shared = tmp_path / "shared.json"
+    write_record(shared, {"writer": -1, "i": -1, "pad": ""})
+    with mp.get_context("fork").Pool(4) as pool:
+        pending = pool.map_async(_writer, [(str(shared), k) for k in range(4)])
+        seen = set()
+        while not pending.ready():  # a reader racing the writers always sees a whole record
+            rec_ = json.loads(shared.read_text())
+            seen.add(rec_["writer"])
+        assert sorted(pending.get()) == [0, 1, 2, 3]
+    assert json.loads(shared.read_text())["i"] == 29
+    assert {r["writer"] for r in load_records(tmp_path) if "pad" not in r} == {0, 1, 2, 3}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["own0.json", "own1.json", "own2.json", "own3.json",
+                                                          "shared.json"]
+
+
+def test_records_frame_is_long_format_with_points_exploded():
+    records = [rec("m1", "mqar", {"accuracy": 0.9, "seq_len": 64, "params": 1000}, mixer="mamba", d_model=32),
+               rec("s1", "scaling", {"params": 5, "points": [{"seq_len": 128, "median_ms": 1.0, "status": "ok"},
+                                                             {"seq_len": 256, "status": "oom"}]}, mixer="rwkv6"),
+               rec("f1", "mqar", {}, status="failed")]
+    df = records_frame(records)
+    assert len(df) == 4 and list(df["run_id"]) == ["m1", "s1", "s1", "f1"]
+    assert list(df["mixer"]) == ["mamba", "rwkv6", "rwkv6", "attention"]  # alias of config.model.mixer
+    assert list(df["config.model.d_model"]) == [32, 64, 64, 64]
+    assert list(df["status"]) == ["ok", "ok", "oom", "failed"]  # a point's own status wins ...
+    assert list(df["run_status"]) == ["ok", "ok", "ok", "failed"]  # ... the record's stays here
+    assert df.loc[2, "seq_len"] == 256 and math.isnan(df.loc[2, "median_ms"])
+    assert df.loc[0, "accuracy"] == 0.9 and df.loc[3, "error"].endswith("boom")
+
+
+# --- figures ------------------------------------------------------------------------
+
+@pytest.fixture
+def figures(monkeypatch):
+    """Keep each figure (plots close them after saving) to read the drawn data back."""
+    kept = {}
+    real = plots._save
+
+    def save(fig, path):
+        kept[path.name] = fig
+        fig.savefig(path.with_suffix(".check.png"))  # also exercise the real writer
+        return real(fig, path)
+    monkeypatch.setattr(plots, "_save", save)
+    return kept
+
+
+def synthetic_frame() -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    records, n = [], 0
+    for mixer in ("attention", "mamba"):
+        for seed in (0, 1, 2):
+            for d in (32, 64):
+                for L in (64, 256):
+                    for lr in (1e-3, 3e-3):
+                        acc = float(rng.uniform(0, 1))
+                        records.append(rec(f"m{n}", "mqar", {"accuracy": acc, "seq_len": L, "d_model": d,
+                                                             "num_kv_pairs": 4, "lr": lr, "mixer": mixer},
+                                           mixer=mixer, d_model=d, seed=seed))
+                        n += 1
+            points = [{"seq_len": L, "pass": "fwd", "median_ms": L / 100 * (seed + 1), "status": "ok"}
+                      for L in (128, 256)]
+            if mixer == "attention":
+                points.append({"seq_len": 4096, "pass": "fwd", "status": "oom"})
+            records.append(rec(f"s{n}", "scaling", {"points": points, "mixer": mixer}, label=mixer, mixer=mixer,
+                               seed=seed))
+            records.append(rec(f"w{n}", "wikitext2", {"test_ppl": 200.0 + 10 * seed + (mixer == "mamba"),
+                                                      "best_val_ppl": 210.0, "params": 1e6 + 1e4 * (mixer == "mamba"),
+                                                      "setting": "6L/128", "mixer": mixer}, mixer=mixer, seed=seed))
+            n += 2
+    return records_frame(records)
+
+
+def test_plots_draw_seed_means_and_mark_oom(tmp_path, figures):
+    df = synthetic_frame()
+    paths = plots.plot_all(df, tmp_path)
+    names = sorted(p.name for p in paths)
+    assert names == ["mqar_accuracy_vs_d_model.png", "scaling_latency_vs_L.png", "wikitext2_perplexity_vs_params.png"]
+    assert all(p.stat().st_size > 5000 for p in paths)
+
+    # MQAR: per (mixer, d, L, seed) the best lr, then the mean over seeds
+    m = df[df["task"] == "mqar"]
+    best = m.groupby(["mixer", "d_model", "seq_len", "seed"])["accuracy"].max()
+    expect = best.groupby(["mixer", "seq_len", "d_model"]).mean()
+    fig = figures["mqar_accuracy_vs_d_model.png"]
+    drawn = {}
+    for ax in fig.axes:
+        L = int(ax.get_title().split("=")[1])
+        for line in ax.get_lines():
+            if len(line.get_xdata()) == 2:
+                drawn[(L, tuple(np.round(line.get_ydata(), 6)))] = True
+    for mixer in ("attention", "mamba"):
+        for L in (64, 256):
+            assert (L, tuple(np.round(expect[mixer][L].to_numpy(), 6))) in drawn
+
+    # scaling: mean latency over seeds (1x, 2x, 3x -> 2x) and a cross at L=4096 for attention
+    ax = figures["scaling_latency_vs_L.png"].axes[0]
+    ys = [tuple(np.round(line.get_ydata(), 6)) for line in ax.get_lines() if len(line.get_xdata()) == 2]
+    assert ys.count((2.56, 5.12)) == 2  # both mixers: (1.28 + 2.56 + 3.84) / 3 at L=128
+    crosses = [c.get_offsets() for c in ax.collections if isinstance(c, PathCollection)]  # not the bands
+    assert [tuple(o[0]) for o in crosses] == [(4096, pytest.approx(ax.get_ylim()[1], rel=0.2))]
+
+
+# --- report -------------------------------------------------------------------------
+
+def test_report_puts_our_numbers_beside_the_published_ones(tmp_path):
+    records = [rec(f"g{s}", "wikitext2", {"test_ppl": 250.0 + 10 * s, "best_val_ppl": 240.0, "params": 13_000_000,
+                                           "setting": "6L/128", "mixer": "grassmann"},
+                   label="grassmann", mixer="grassmann", seed=s) for s in (0, 1)]
+    records += [rec("g9", "wikitext2", {"test_ppl": 300.0, "params": 13_000_000, "setting": "6L/128",
+                                        "mixer": "grassmann"}, label="grassmann no-norm", mixer="grassmann"),
+                rec("bad", "wikitext2", {}, status="failed", label="broken")]
+    pub = tmp_path / "published.csv"
+    pub.write_text("task,source,setting,model,mixer,params,metric,split,value,note\n"
+                   "wikitext2,arXiv 2512.19428 Table 1,6L/128,GrassmannLM,grassmann,13000000,ppl,test,242.0,\n"
+                   "wikitext2,arXiv 2512.19428 Table 1,12L/256,GrassmannLM,grassmann,18000000,ppl,test,200.0,\n"
+                   "snli,arXiv 2512.19428 Table 3,,GrassmannLM,grassmann,,accuracy,test,0.8,\n")
+    text = write_report(records_frame(records), tmp_path / "r.md", pub, title="t").read_text()
+    assert text.startswith("# linbench report: t") and "4 runs: 3 ok, 1 failed" in text
+    assert "| bad | broken | failed | RuntimeError: boom |" in text
+    lines = [ln for ln in text.splitlines() if "GrassmannLM" in ln]
+    assert len(lines) == 2  # the 12L row and the snli row match nothing we ran
+    assert "| 242 |" in lines[0] and "| 255 ± 7.071 (n=2) | 13 |" in lines[0]
+    assert "grassmann no-norm" in lines[1] and "| 300 | 58 |" in lines[1]
+    section = text.split("## wikitext2")[1].split("##")[0]
+    assert "| grassmann | 13,000,000 | 240 ± 0 (n=2) | 255 ± 7.071 (n=2) | 2 |" in section
+    assert report_markdown(records_frame(records)).count("Beside the published") == 0
+
+
+def test_cli_plot_and_report_read_the_sweep_records(tmp_path, capsys):
+    path = tmp_path / "toys.py"
+    path.write_text("from sweeps import RunConfig\nconfigs = [RunConfig('toy', {'seed': s}, 'toy') for s in (0, 1)]\n")
+    res = str(tmp_path / "res")
+    assert cli(["report", str(path), "--results-dir", res]) == 2  # nothing ran yet: says so
+    assert "run it first" in capsys.readouterr().err
+    assert cli(["run", str(path), "--executor", "debug", "--results-dir", res]) == 0
+    assert cli(["plot", str(path), "--results-dir", res]) == 0
+    assert "no figure applies" in capsys.readouterr().out  # the toy task has no figure
+    assert cli(["report", str(path), "--results-dir", res]) == 0
+    report = (tmp_path / "res" / "toys" / "report.md").read_text()
+    assert "2 runs: 2 ok" in report and "## toy" in report and "loss" in report
+
+
+def test_report_scaling_tables_have_a_column_per_length_and_mark_oom():
+    text = report_markdown(synthetic_frame())
+    section = text.split("## scaling")[1].split("## ")[0]
+    lat = [1.28 * k for k in (1, 2, 3)]  # L=128 over the three seeds; L=256 doubles it
+    mean, sd = np.mean(lat), np.std(lat, ddof=1)
+    cell = lambda m, s: f"{m:.4g} ± {s:.4g} (n=3)"
+    assert f"| attention | fwd | {cell(mean, sd)} | {cell(2 * mean, 2 * sd)} | oom |" in section
+    assert f"| mamba | fwd | {cell(mean, sd)} | {cell(2 * mean, 2 * sd)} | – |" in section

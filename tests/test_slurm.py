@@ -1,0 +1,134 @@
+"""A sweep through a real Slurm (submitit's Slurm executor), end to end.
+
+Needs a running controller: `.ci/slurm-setup.sh` (root) starts a one-node Slurm with
+no munge and no accounting, as CI does. Without accounting submitit cannot read job
+states (sacct), so the test, like `linbench`, goes by the records.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from sweeps.cli import main as cli
+from sweeps.core import load_sweep
+from sweeps.launch import workdir_for
+from test_sweeps import records, toy_task  # noqa: F401  (the autouse fixture registers the toy task)
+
+
+def _no_slurm() -> str | None:
+    if shutil.which("sbatch") is None or shutil.which("scontrol") is None:
+        return "no Slurm client on PATH (start one with `sudo .ci/slurm-setup.sh`)"
+    ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True)
+    if ping.returncode != 0 or "UP" not in ping.stdout:
+        return f"no Slurm controller answers `scontrol ping`: {(ping.stdout + ping.stderr).strip()[:200]}"
+    nodes = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True).stdout.split()
+    if not any(s.rstrip("*") in ("idle", "mix", "alloc") for s in nodes):
+        return f"the Slurm controller has no usable node (states: {nodes})"
+    return None
+
+
+NO_SLURM = _no_slurm()
+pytestmark = [pytest.mark.slurm, pytest.mark.skipif(NO_SLURM is not None, reason=str(NO_SLURM))]
+
+SWEEP = """
+from sweeps import RunConfig
+train = {"steps": 8, "batch_size": 4, "lr": 1e-2, "warmup_steps": 1, "eval_every": 4,
+         "checkpoint_every": 2, "device": "cpu"}
+configs = [
+    RunConfig("toy", {"seed": 0, "step_delay": 0.3, "train": {**train, "steps": 50}}, "signalled"),
+    RunConfig("toy", {"seed": 3, "step_delay": 0.3, "train": {**train, "steps": 50}}, "requeued"),
+    RunConfig("toy", {"seed": 1, "train": train}, "short"),
+    RunConfig("toy", {"seed": 2, "crash_at": 0, "train": train}, "flaky"),  # fails on its first attempt
+]
+"""
+
+
+def _wait(cond, timeout: float, what: str, logs: Path):
+    end = time.time() + timeout
+    while time.time() < end:
+        if cond():
+            return
+        time.sleep(0.5)
+    tails = "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted(logs.glob("**/*.out")))
+    queue = subprocess.run(["squeue"], capture_output=True, text=True).stdout
+    pytest.fail(f"timed out waiting for {what}\nsqueue:\n{queue}\nlogs:\n{tails}")
+
+
+def _queue() -> list[str]:
+    return subprocess.run(["squeue", "-h", "-r", "-o", "%i"], capture_output=True, text=True).stdout.split()
+
+
+def _requeued(job_id: str, logs: Path) -> None:
+    state = ["squeue", "-h", "-j", job_id, "-o", "%T"]
+    _wait(lambda: subprocess.run(state, capture_output=True, text=True).stdout.strip() == "PENDING",
+          60, f"job {job_id} back in the queue", logs)
+
+
+def _start_now(job_id: str) -> None:
+    """Slurm holds a requeued job back for about two minutes: start it at once."""
+    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True)
+
+
+def test_sweep_on_slurm_failed_ok_requeue_resume_and_nothing_to_resubmit(tmp_path, capsys):
+    path = tmp_path / "slurm_toy.py"
+    path.write_text(SWEEP)
+    res = tmp_path / "results"  # a fresh submitit folder too: a restarted controller reuses job ids
+    argv = ["run", str(path), "--executor", "slurm", "--results-dir", str(res), "--cpus-per-task", "1",
+            "--time", "10", "--array-parallelism", "4"]
+    assert cli(argv) == 0
+    out = capsys.readouterr().out
+    assert "4 to run (slurm)" in out and "submitted 4 job(s)" in out
+    job = out.split("submitted 4 job(s) as ")[1].split(";")[0].strip()
+    logs = res / "slurm_toy" / "submitit"
+    sbatch = "".join(p.read_text() for p in logs.glob("**/*submission.sh"))
+    assert "--array=0-3%4" in sbatch and "--signal=USR1@" in sbatch and "SUBMITIT_PREEMPT_SIGNAL=USR1" in sbatch
+
+    # Once the two long runs have trained a few steps, interrupt them as a cluster does:
+    # the time-limit warning (USR1, on which submitit requeues the job itself), then
+    # `scontrol requeue` (SIGTERM, as preemption). Both must continue from their
+    # checkpoint. One at a time: Slurm refuses to alter an array job while one of its
+    # tasks is being requeued.
+    for run in load_sweep(path).runs[:2]:
+        ckpt = workdir_for(res, "slurm_toy", run.run_id) / "checkpoint.pt"
+        _wait(ckpt.exists, 90, f"a first checkpoint of {run.label}", logs)
+    # scancel delivers the signal at once but, once the job has requeued itself, keeps
+    # retrying for minutes ("Job can not be altered now"); it is stopped before the
+    # job can start again, so no retry reaches the second attempt.
+    scancel = subprocess.Popen(["scancel", "--signal=USR1", f"{job}_0"], stderr=subprocess.DEVNULL)
+    try:
+        _requeued(f"{job}_0", logs)
+    finally:
+        scancel.kill()
+        scancel.wait()
+    _start_now(f"{job}_0")
+    subprocess.run(["scontrol", "requeue", f"{job}_1"], check=True, timeout=30)
+    _requeued(f"{job}_1", logs)
+    _start_now(f"{job}_1")
+    _wait(lambda: len(records(res, "slurm_toy")) == 4 and not any(j.startswith(job) for j in _queue()),
+          150, "four records", logs)
+
+    recs = {r["label"]: r for r in records(res, "slurm_toy").values()}
+    assert recs["short"]["status"] == "ok" and recs["short"]["provenance"]["executor"] == "slurm"
+    assert recs["short"]["provenance"]["slurm_job_id"].startswith(f"{job}_")
+    assert recs["flaky"]["status"] == "failed" and "crash at step 0" in recs["flaky"]["error"]
+    for label in ("requeued", "signalled"):
+        rec = recs[label]
+        assert rec["status"] == "ok" and rec["metrics"]["steps"] == 50, json.dumps(rec, indent=1)[:2000]
+        assert rec["resumed"] is True and rec["attempts"] == 2 and 0 < rec["metrics"]["resumed_from"] < 50
+    assert "Requeued job" in next(logs.glob(f"{job}_0_*log.out")).read_text()  # submitit's own requeue
+
+    # again: only the failed run goes back to Slurm (and now succeeds) ...
+    assert cli([*argv, "--wait"]) == 0
+    out = capsys.readouterr().out
+    assert "3 already ok, 1 to run" in out and "finished: 1 ok" in out
+    # ... and once all are ok, a third run submits nothing
+    _wait(lambda: not _queue(), 60, "an empty queue", logs)
+    n_scripts = len(list(logs.glob("**/*submission.sh")))
+    assert cli(argv) == 0
+    assert "4 already ok, 0 to run" in capsys.readouterr().out
+    assert len(list(logs.glob("**/*submission.sh"))) == n_scripts and not _queue()

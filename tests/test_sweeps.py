@@ -1,0 +1,242 @@
+"""Sweeps: run ids, validation, the debug and local executors, records, skip and resume.
+
+A tiny task defined here (``toy``: a one-layer zoo LM on random tokens, trained by the
+shared loop with checkpoints) stands in for the real tasks; tests/test_slurm.py
+imports it too. Jobs in other processes import this module by name, so the tests put
+tests/ on PYTHONPATH.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import torch
+
+import tasks
+import zoo
+from sweeps import RunConfig, SweepError, launch, load_sweep, make_run_id, matched_models, validate
+from sweeps.cli import main as cli
+from sweeps.core import Sweep
+from sweeps.launch import _exclusive, execute, may_start, workdir_for
+from tasks.common import environment, lm_loss, model_metadata
+from tasks.train import TrainConfig, train
+from submitit.core.utils import UncompletedJobError
+from zoo.config import StrictConfig
+
+TESTS = Path(__file__).resolve().parent
+FAILURES = {"error": RuntimeError("deliberate failure"), "oom": torch.cuda.OutOfMemoryError("out of memory"),
+            "timeout": UncompletedJobError("timed-out too many times")}
+
+
+@dataclass
+class ToyConfig(StrictConfig):
+    seed: int = 0
+    model: zoo.ModelConfig = field(default_factory=lambda: zoo.ModelConfig(
+        vocab_size=32, d_model=16, n_layers=1, max_len=16, mixer_options={"n_heads": 2}))
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(
+        steps=8, batch_size=4, lr=1e-2, warmup_steps=1, eval_every=4, checkpoint_every=2, device="cpu"))
+    fail: str = ""  # "error", "oom" or "timeout": raise that before training; "diverge": NaN losses
+    crash_at: int = -1  # raise at this step on the first attempt (a checkpoint exists by then)
+    step_delay: float = 0.0  # seconds per step, so that a job can be requeued mid-run
+
+
+def toy_run(cfg: ToyConfig, workdir: Path | None = None, progress: bool = True) -> dict:
+    if cfg.fail in FAILURES:
+        raise FAILURES[cfg.fail]
+    model = zoo.build_model(cfg.model, seed=cfg.seed)
+    data = torch.randint(0, cfg.model.vocab_size, (64, 9), generator=torch.Generator().manual_seed(cfg.seed))
+    marker = Path(workdir) / "crashed" if workdir else None
+    t_start = time.time()
+
+    def batch_fn(step):
+        if step == cfg.crash_at and marker is not None and not marker.exists():
+            marker.touch()
+            raise RuntimeError(f"crash at step {step}")
+        time.sleep(cfg.step_delay)
+        rows = data[(step * cfg.train.batch_size + torch.arange(cfg.train.batch_size)) % len(data)]
+        return rows[:, :-1], rows[:, 1:]
+
+    ckpt = Path(workdir) / "checkpoint.pt" if workdir else None
+    loss_fn = (lambda m, b: lm_loss(m, b) * float("nan")) if cfg.fail == "diverge" else lm_loss
+    res = train(model, cfg.train, batch_fn, loss_fn, checkpoint=ckpt, progress=progress, desc="toy")
+    return {"status": res.status, "loss": res.final_loss, "steps": res.steps, "resumed_from": res.resumed_from,
+            "wall_time": res.wall_time, "pid": os.getpid(), "t_start": t_start, "t_end": time.time(),
+            "threads": torch.get_num_threads(), **model_metadata(model, 8),
+            **environment(torch.device("cpu"), False)}
+
+
+@pytest.fixture(autouse=True)
+def toy_task(monkeypatch):
+    monkeypatch.setitem(tasks.TASKS, "toy", (ToyConfig, toy_run))
+    # submitit jobs unpickle toy_run by reference: they must find this module
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
+
+
+def toy(label="", **fields) -> RunConfig:
+    return RunConfig("toy", ToyConfig(**fields), label)
+
+
+def sweep_of(*runs, name="t") -> Sweep:
+    return Sweep(name, Path(f"{name}.py"), validate(list(runs)))
+
+
+def records(results: Path, name="t") -> dict:
+    return {p.stem: json.loads(p.read_text()) for p in (results / name).glob("*.json")}
+
+
+# --- ids and validation ------------------------------------------------------------
+
+def test_run_id_is_a_stable_hash_of_the_config():
+    a = toy(seed=1)
+    assert a.run_id == toy("another label", seed=1).run_id  # the label is not identity
+    assert a.run_id == RunConfig("toy", a.config.to_dict()).typed().run_id  # dict == typed
+    assert a.run_id != toy(seed=2).run_id
+    assert len(a.run_id) == 12 and int(a.run_id, 16) >= 0
+    assert make_run_id("x", {"b": (1, 2), "a": {"c": 1.5}}) == make_run_id("x", {"a": {"c": 1.5}, "b": [1, 2]})
+    # where the files live on this machine is not part of a run's identity; hub vs local is
+    local = make_run_id("x", {"data_dir": "/a/data", "cache_dir": "/a/cache", "n": 1})
+    assert local == make_run_id("x", {"data_dir": "/elsewhere", "cache_dir": None, "n": 1})
+    assert local != make_run_id("x", {"data_dir": None, "n": 1})
+    # pinned: an accidental change of the hashing would orphan every existing record
+    assert make_run_id("x", {"n": 1}) == "52e153cf111e"
+
+
+def test_validation_names_every_bad_config_with_its_field_and_choices():
+    bad = [toy(seed=0),
+           RunConfig("nope", {}),
+           RunConfig("toy", {"seed": 1, "model": {"mixer": "transformerr"}}, "typo"),
+           RunConfig("toy", {"sed": 3}),
+           RunConfig("toy", {"model": {"d_model": 18, "mixer_options": {"n_heads": 4}}}, "heads"),
+           toy(seed=0)]
+    with pytest.raises(SweepError) as err:
+        validate(bad)
+    msg = str(err.value)
+    assert "5 invalid" in msg
+    assert "config #1" in msg and "task='nope'" in msg and "toy" in msg
+    assert "config #2 (typo)" in msg and "mixer='transformerr'" in msg and "'attention'" in msg
+    assert "config #3" in msg and "'sed'" in msg and "valid fields" in msg
+    assert "config #4 (heads)" in msg  # built on the meta device: 18 is not divisible by 4 heads
+    assert "config #5" in msg and "same config as config #0" in msg
+
+
+def test_load_sweep_by_path_and_by_name(tmp_path):
+    path = tmp_path / "mine.py"
+    path.write_text("from sweeps import RunConfig\nconfigs = [RunConfig('toy', {'seed': s}) for s in range(3)]\n")
+    sweep = load_sweep(str(path))
+    assert sweep.name == "mine" and len(sweep) == 3
+    assert all(type(r.config).__name__ == "ToyConfig" for r in sweep.runs)
+    path.write_text("from sweeps import RunConfig\nconfigs = [RunConfig('toy', {'seed': 'x', 'lr': 1})]\n")
+    with pytest.raises(SweepError, match="'lr'"):
+        load_sweep(path)
+    with pytest.raises(SweepError, match="shipped sweeps"):
+        load_sweep("no_such_sweep")
+    assert cli(["run", str(path), "--dry-run"]) == 2  # the CLI names the problem and exits 2
+
+
+def test_matched_models_are_within_tolerance():
+    base = zoo.ModelConfig(vocab_size=64, d_model=64, n_layers=2, mixer_options={"n_heads": 2})
+    models = matched_models(base, {"attn": ("attention", {"n_heads": 2}), "swa": ("sliding_window", {"window": 8})},
+                            tol=0.05)
+    assert models["attn"] is base
+    n0 = zoo.config_params(base, include_embeddings=False)
+    assert abs(zoo.config_params(models["swa"], include_embeddings=False) - n0) <= 0.05 * n0
+
+
+# --- executors, records, skip and resume ------------------------------------------------
+
+def test_debug_run_records_then_a_second_run_skips_ok_and_redoes_the_rest(tmp_path):
+    sweep = sweep_of(toy("a", seed=0), toy("b", seed=1), toy("bad", fail="error"),
+                     *(toy(kind, fail=kind) for kind in ("oom", "timeout", "diverge")))
+    summary = launch(sweep, tmp_path, "debug", log=lambda *_: None)
+    assert summary["submitted"] == 6
+    assert summary["statuses"] == {"ok": 2, "failed": 1, "oom": 1, "timeout": 1, "diverged": 1}
+    recs = records(tmp_path)
+    assert set(recs) == {r.run_id for r in sweep.runs}
+    bad = recs[sweep.runs[2].run_id]
+    assert bad["status"] == "failed" and "deliberate failure" in bad["error"] and "Traceback" in bad["error"]
+    ok = recs[sweep.runs[0].run_id]
+    assert ok["config"] == json.loads(json.dumps(sweep.runs[0].config.to_dict()))
+    assert ok["label"] == "a" and ok["metrics"]["steps"] == 8 and ok["resumed"] is False
+    prov = ok["provenance"]
+    for key in ("git_commit", "packages", "host", "device", "dtype", "backends", "wall_time", "started"):
+        assert key in prov, key
+    assert prov["packages"]["torch"] and prov["git_commit"]
+    assert not (tmp_path / "t" / "runs" / ok["run_id"] / "checkpoint.pt").exists()  # done: removed
+    mtime = (tmp_path / "t" / f"{ok['run_id']}.json").stat().st_mtime_ns
+    assert "out of memory" in recs[sweep.runs[3].run_id]["error"]
+    again = launch(sweep, tmp_path, "debug", log=lambda *_: None)
+    assert again["submitted"] == 4 and again["skipped"] == 2
+    assert (tmp_path / "t" / f"{ok['run_id']}.json").stat().st_mtime_ns == mtime  # untouched
+
+
+def test_a_crashed_run_resumes_from_its_checkpoint_and_ends_where_an_unbroken_one_does(tmp_path):
+    broken, clean = toy("broken", crash_at=5), toy("clean")
+    sweep = sweep_of(broken, clean)
+    assert launch(sweep, tmp_path, "debug", log=lambda *_: None)["statuses"] == {"failed": 1, "ok": 1}
+    assert (tmp_path / "t" / "runs" / broken.run_id / "checkpoint.pt").exists()  # saved at step 4
+    assert launch(sweep, tmp_path, "debug", log=lambda *_: None)["statuses"] == {"ok": 1}
+    recs = records(tmp_path)
+    rec = recs[broken.run_id]
+    assert rec["status"] == "ok" and rec["resumed"] is True and rec["attempts"] == 2
+    assert rec["metrics"]["resumed_from"] == 4
+    assert rec["metrics"]["loss"] == pytest.approx(recs[clean.run_id]["metrics"]["loss"], rel=1e-6)
+
+
+def test_local_scheduling_keeps_parallel_and_alone():
+    a, b, timing = toy(seed=1), toy(seed=2), RunConfig("toy", ToyConfig(seed=3), alone=True)
+    assert may_start(a, [], 1) and not may_start(a, [b], 1)
+    assert may_start(a, [b], 2) and not may_start(a, [b, b], 2)
+    assert may_start(timing, [], 2) and not may_start(timing, [a], 2) and not may_start(a, [timing], 4)
+
+
+def test_local_executor_runs_jobs_in_subprocesses_and_a_timing_run_alone(tmp_path):
+    sweep = sweep_of(toy(seed=0, step_delay=0.1), RunConfig("toy", ToyConfig(seed=1, step_delay=0.1), alone=True))
+    summary = launch(sweep, tmp_path, "local", parallel=2, log=lambda *_: None)
+    assert summary["statuses"] == {"ok": 2}
+    spans = sorted((r["metrics"]["t_start"], r["metrics"]["t_end"]) for r in records(tmp_path).values())
+    assert len({r["metrics"]["pid"] for r in records(tmp_path).values()} | {os.getpid()}) == 3
+    assert spans[0][1] <= spans[1][0]  # the second started after the first ended
+    cores = os.cpu_count() or 1
+    threads = {r["run_id"]: r["metrics"]["threads"] for r in records(tmp_path).values()}
+    assert threads == {sweep.runs[0].run_id: max(1, cores // 2), sweep.runs[1].run_id: cores}
+    assert all(r["provenance"]["executor"] == "local" for r in records(tmp_path).values())
+
+
+def test_cli_run_status_and_dry_run(tmp_path, capsys):
+    path = tmp_path / "cli.py"
+    path.write_text("from sweeps import RunConfig\n"
+                    "configs = [RunConfig('toy', {'seed': 0}, 'fine'), RunConfig('toy', {'fail': 'error'}, 'bad')]\n")
+    res = str(tmp_path / "res")
+    assert cli(["run", str(path), "--executor", "debug", "--results-dir", res]) == 1  # one failed
+    capsys.readouterr()
+    assert cli(["status", str(path), "--results-dir", res]) == 1
+    out = capsys.readouterr().out
+    assert "1 ok" in out and "1 failed" in out and "deliberate failure" in out
+    assert cli(["run", str(path), "--dry-run", "--results-dir", res]) == 0
+    out = capsys.readouterr().out
+    assert "ok" in out and "failed" in out and "2 configs valid" in out
+
+
+def test_a_run_already_running_elsewhere_is_left_alone(tmp_path):
+    run = toy(seed=5)
+    workdir = workdir_for(tmp_path, "t", run.run_id)
+    workdir.mkdir(parents=True)
+    with _exclusive(workdir) as mine:  # as another process training this run would
+        assert mine
+        assert execute(run, "t", tmp_path, toy_run) == "busy"
+    assert not records(tmp_path)
+    assert execute(run, "t", tmp_path, toy_run) == "ok"
+
+
+@pytest.mark.parametrize("name", ["smoke", "mqar", "scaling", "snli_paper", "grassmann_variants",
+                                  # matches parameters of 10 paper-size models at load: ~20 s on 2 cores
+                                  pytest.param("wikitext2_paper", marks=pytest.mark.slow)])
+def test_shipped_sweeps_validate(name):
+    sweep = load_sweep(name)
+    assert len(sweep) and all(run.task in tasks.TASKS for run in sweep.runs)
+    assert len({run.run_id for run in sweep.runs}) == len(sweep)
