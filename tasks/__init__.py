@@ -1,12 +1,50 @@
 """Tasks: each is a typed config (rejecting unknown keys) plus ``run(cfg, workdir,
 progress) -> dict``, a flat record of metrics and metadata. ``TASKS`` maps a task
-name to ``(ConfigClass, run)``; the sweep launcher only ever goes through it."""
+name to ``(ConfigClass, run)``; the sweep launcher only ever goes through it.
+
+Task modules are imported on first use, so ``python -m tasks.mqar`` does not import
+its own module twice and ``import tasks`` stays cheap."""
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+
 from .train import TrainConfig, TrainResult, train
 
-TASKS: dict = {}
-from . import snli as _snli, wikitext2 as _wikitext2  # noqa: E402
-TASKS["wikitext2"] = (_wikitext2.WikiText2Config, _wikitext2.run)
-TASKS["snli"] = (_snli.SNLIConfig, _snli.run)
-from . import mqar as _mqar, scaling as _scaling  # noqa: E402
-TASKS["mqar"] = (_mqar.MQARConfig, _mqar.run)
-TASKS["scaling"] = (_scaling.ScalingConfig, _scaling.run)
+# name -> (module, config class); the module's ``run`` is the task's entry point.
+_REGISTRY = {
+    "mqar": ("mqar", "MQARConfig"),
+    "scaling": ("scaling", "ScalingConfig"),
+    "wikitext2": ("wikitext2", "WikiText2Config"),
+    "snli": ("snli", "SNLIConfig"),
+}
+
+
+class _Tasks(Mapping):
+    def __init__(self):
+        self._extra = {}  # tasks registered at run time (tests, plug-ins)
+
+    def __getitem__(self, name):
+        if name in self._extra:
+            return self._extra[name]
+        module, config = _REGISTRY[name]
+        mod = importlib.import_module(f"{__name__}.{module}")
+        return getattr(mod, config), mod.run
+
+    def __setitem__(self, name, task):
+        self._extra[name] = task
+
+    def __delitem__(self, name):
+        del self._extra[name]
+
+    def pop(self, name, *default):
+        return self._extra.pop(name, *default)
+
+    def __iter__(self):
+        return iter({**dict.fromkeys(_REGISTRY), **self._extra})
+
+    def __len__(self):
+        return len(set(_REGISTRY) | set(self._extra))
+
+
+TASKS = _Tasks()
