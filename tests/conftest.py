@@ -1,7 +1,14 @@
 import os
 
-import pytest
 import torch
+
+# Without CUDA the Triton kernels run through Triton's interpreter. Triton reads the
+# variable when it is first imported (importing zoo imports it), so it must be set
+# here, before any test module imports zoo.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
 
 # Small, deterministic, and kind to a 2-core CI machine.
 torch.set_num_threads(min(2, os.cpu_count() or 1))
