@@ -1,7 +1,10 @@
 """What every task shares: the LM loss, and the metadata every record carries."""
 from __future__ import annotations
 
+import argparse
+import json
 import platform
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -31,3 +34,41 @@ def environment(device: torch.device, amp: bool) -> dict:
     bf16 = device.type == "cuda" and amp
     return {"device": device.type, "device_name": name, "dtype": "bfloat16" if bf16 else "float32",
             "torch": torch.__version__}
+
+
+def apply_sets(cfg, sets: list[str]):
+    """A config with ``a.b=value`` overrides applied (values parsed as JSON, else kept
+    as strings); unknown keys fail in the config's own from_dict."""
+    data = cfg.to_dict()
+    for item in sets:
+        key, _, text = item.partition("=")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        *path, last = key.split(".")
+        node = data
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return type(cfg).from_dict(data)
+
+
+def add_run_arguments(ap: argparse.ArgumentParser) -> None:
+    """The flags every task CLI shares: seed, device, checkpoint folder, record file, overrides."""
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    ap.add_argument("--workdir", type=Path, default=None, help="checkpoint.pt lives here (resume)")
+    ap.add_argument("--out", type=Path, default=None, help="write the JSON record here")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override any config field, e.g. model.n_layers=2 or train.lr=3e-4")
+
+
+def run_from_cli(cfg, args: argparse.Namespace, run, show) -> dict:
+    """Apply --device and --set, run, write --out, print ``show(record)``."""
+    cfg = apply_sets(cfg.replace(train=cfg.train.replace(device=args.device)), args.set)
+    record = run(cfg, args.workdir)
+    if args.out:
+        args.out.write_text(json.dumps(record, indent=1))
+    print(show(record))
+    return record

@@ -289,21 +289,3 @@ def published_rows(task: str, setting: str | None = None) -> list[dict]:
     with open(PUBLISHED, encoding="utf-8", newline="") as f:
         rows = list(csv.DictReader(f))
     return [r for r in rows if r["task"] == task and setting in (None, r["setting"])]
-
-
-def apply_sets(cfg, sets: list[str]):
-    """A config with ``a.b=value`` overrides applied (values parsed as JSON, else kept
-    as strings); unknown keys fail in the config's own from_dict."""
-    data = cfg.to_dict()
-    for item in sets:
-        key, _, text = item.partition("=")
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
-            value = text
-        *path, last = key.split(".")
-        node = data
-        for part in path:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return type(cfg).from_dict(data)

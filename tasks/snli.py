@@ -32,8 +32,8 @@ import torch.nn.functional as F
 import zoo
 from zoo.config import StrictConfig, check_choice
 
-from .common import environment, model_metadata
-from .data import (SPECIALS, apply_sets, cache_root, cached, fingerprint, make_tokenizer, need,
+from .common import add_run_arguments, environment, model_metadata, run_from_cli
+from .data import (SPECIALS, cache_root, cached, fingerprint, make_tokenizer, need,
                    published_rows, snli_splits)
 from .snli_heads import Head, HeadConfig, classifier_mlp, pool_states
 from .train import TrainConfig, train
@@ -282,23 +282,13 @@ def main(argv=None) -> dict:
     ap.add_argument("--cache-dir", default=None)
     ap.add_argument("--budget-examples", type=int, default=None)
     ap.add_argument("--eval-examples", type=int, default=None)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    ap.add_argument("--workdir", type=Path, default=None)
-    ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override any config field, e.g. model.n_layers=2 or head.window=4")
+    add_run_arguments(ap)
     args = ap.parse_args(argv)
     cfg = SNLIConfig(seed=args.seed, setting=args.setting, data_dir=args.data_dir, cache_dir=args.cache_dir,
                      tokenizer=args.tokenizer, model=paper_model_config(args.mixer, "paper-6L"), pool=args.pool,
                      backbone=args.backbone, head=HeadConfig(kind=args.head), budget_examples=args.budget_examples,
                      eval_examples=args.eval_examples)
-    cfg = apply_sets(cfg.replace(train=cfg.train.replace(device=args.device)), args.set)
-    record = run(cfg, args.workdir)
-    if args.out:
-        args.out.write_text(json.dumps(record, indent=1))
-    print(beside_published(record))
-    return record
+    return run_from_cli(cfg, args, run, beside_published)
 
 
 if __name__ == "__main__":

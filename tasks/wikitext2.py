@@ -31,8 +31,8 @@ import torch.nn.functional as F
 import zoo
 from zoo.config import StrictConfig, check_choice
 
-from .common import environment, lm_loss, model_metadata
-from .data import apply_sets, load_wikitext2, published_rows, unigram_perplexity
+from .common import add_run_arguments, environment, lm_loss, model_metadata, run_from_cli
+from .data import load_wikitext2, published_rows, unigram_perplexity
 from .train import TrainConfig, train
 
 # Presets as data. "tiny" is not the paper's: a shape a 2-core CPU trains in minutes.
@@ -255,22 +255,12 @@ def main(argv=None) -> dict:
     ap.add_argument("--budget-tokens", type=int, default=None, help="default: the preset's 30 epochs")
     ap.add_argument("--eval-tokens", type=int, default=None, help="default: whole valid/test splits")
     ap.add_argument("--eval-every-tokens", type=int, default=None)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    ap.add_argument("--workdir", type=Path, default=None, help="checkpoint.pt lives here (resume)")
-    ap.add_argument("--out", type=Path, default=None, help="write the JSON record here")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override any config field, e.g. model.n_layers=2 or train.lr=3e-4")
+    add_run_arguments(ap)
     args = ap.parse_args(argv)
     cfg = preset_config(args.preset, args.mixer, variant=args.variant, tokenizer=args.tokenizer,
                         data_dir=args.data_dir, cache_dir=args.cache_dir, budget_tokens=args.budget_tokens,
                         eval_tokens=args.eval_tokens, eval_every_tokens=args.eval_every_tokens, seed=args.seed)
-    cfg = apply_sets(cfg.replace(train=cfg.train.replace(device=args.device)), args.set)
-    record = run(cfg, args.workdir)
-    if args.out:
-        args.out.write_text(json.dumps(record, indent=1))
-    print(beside_published(record))
-    return record
+    return run_from_cli(cfg, args, run, beside_published)
 
 
 if __name__ == "__main__":
