@@ -6,7 +6,7 @@ TORCH   ?= torch==2.13.0
 DATA    ?= ../shared/data
 BIN     := $(VENV)/bin
 
-.PHONY: venv test test-fast demo bench clean
+.PHONY: venv test test-fast clean
 
 venv: $(BIN)/.installed
 
