@@ -148,6 +148,9 @@ def _core_retnet(m, B, L):
 
 
 def _core_grassmann(m, B, L):
+    # The formula as the paper states it (the eager path), whatever ``impl`` ran: the
+    # factored / compiled / fused paths do less work for the same function, so their
+    # FLOP/s column is eager-equivalent throughput, not the arithmetic they performed.
     P = m.r * (m.r - 1) // 2  # Plücker coordinates per pair
     # per offset: wedge 3P (2 mul + 1 sub), normalise 3P (square-sum + divide), sum P
     return B * L * len(m.offsets) * P * (7 if m.normalize else 4)
