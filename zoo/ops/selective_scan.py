@@ -7,10 +7,12 @@ Per channel d and state n, with input-dependent step size delta:
 
 Argument layouts and semantics are those of mamba_ssm's ``selective_scan_ref`` so
 the CUDA kernel ``selective_scan_fn`` is a drop-in replacement. The PyTorch path
-splits L into chunks: inside a chunk the recurrence is an associative scan over
-affine maps done by log-depth doubling; across chunks a short loop carries the
-state. Only products of per-step decays exp(delta*A) <= 1 are ever formed (never
-exp of a positive cumulative sum), so it is stable for any length and step size.
+splits L into chunks, each recomputed in backward, and steps through the
+recurrence one (batch, dim, dstate) state at a time. Only per-step decays
+exp(delta*A) <= 1 are ever formed (never exp of a positive cumulative sum), so it is
+stable for any length and step size. A log-depth (Hillis-Steele) scan inside the
+chunk was 5x slower on CPU (fwd+bwd at batch 32, dim 128, L 64-256), because each of
+its log T passes writes a fresh (batch, dim, T, dstate) tensor.
 """
 from __future__ import annotations
 
@@ -109,22 +111,11 @@ def _scan_chunk(h0, u, delta, A, B, C):
     dt = delta[..., None]  # (b, d, T, 1)
     a = torch.exp(dt * A[:, None, :])  # (b, d, T, n) per-step decay
     bu = dt * u[..., None] * _per_step(B, dim, u.dtype)  # (b, d, T, n) per-step input
-    a_cum, h = _affine_scan(a, bu)
-    h = h + a_cum * h0[:, :, None, :]  # add the carried state, decayed to each step
-    y = (h * _per_step(C, dim, u.dtype)).sum(-1)  # (b, d, T)
-    return y, h[:, :, -1]
-
-
-def _affine_scan(a, b):
-    """Inclusive scan of h_t = a_t h_{t-1} + b_t from h = 0 along dim 2, in ceil(log2 T)
-    steps (Hillis-Steele). After the step with offset k, position t holds the composition
-    of the maps t-2k+1 .. t: (a_t a_{t-k}, a_t b_{t-k} + b_t), with identity maps padded
-    in before the chunk start. Returns (a_1 ... a_t, h_t), both (b, d, T, n)."""
-    T, k = a.shape[2], 1
-    while k < T:
-        a_prev = F.pad(a[:, :, :-k], (0, 0, k, 0), value=1.0)  # identity map: a = 1, b = 0
-        b_prev = F.pad(b[:, :, :-k], (0, 0, k, 0))
-        b = b + a * b_prev
-        a = a * a_prev
-        k *= 2
-    return a, b
+    # unbind, not a[:, :, t]: the backward of one unbind is one stack, while each
+    # indexing would scatter into its own zero (b, d, T, n) gradient.
+    h, hs = h0, []
+    for a_t, bu_t in zip(a.unbind(2), bu.unbind(2)):
+        h = torch.addcmul(bu_t, a_t, h)  # (b, d, n)
+        hs.append(h)
+    y = (torch.stack(hs, 2) * _per_step(C, dim, u.dtype)).sum(-1)  # (b, d, T)
+    return y, h
