@@ -1,0 +1,34 @@
+"""Wikitext-2 on a CPU: every mixer, parameter-matched, 3 seeds, a stated token budget.
+
+The paper's block (post-LN, learned positions, tied embeddings, dropout 0.1, AdamW
+1e-3 with cosine decay) at the ``cpu-2L`` preset: 2 layers, d_model 128, d_ff 512,
+4 heads, L = 128, batch 16. Ids are a WordPiece of 8,192 pieces trained here on the
+word-level training split (the paper's bert-base-uncased ids need the hub, and a
+33k-word softmax would take most of a CPU's time). Every mixer is resized (``auto``:
+d_model, else d_ff) to the TransformerLM's parameter count without embeddings, within
+2%, the Grassmann mixer included (the paper's 6-layer reading: offsets 1..16 in every
+layer, the exact ``factored`` implementation). Each run sees BUDGET training tokens
+(about a third of an epoch) and is scored on the first EVAL tokens of valid and test.
+This is a short-budget ranking, not the paper's 30-epoch result.
+
+    linbench run wikitext2_cpu --parallel 2 && linbench plot wikitext2_cpu && linbench report wikitext2_cpu
+"""
+from sweeps import RunConfig, local_data_dir, matched_models
+from tasks.wikitext2 import paper_model_config, preset_config
+
+SEEDS = (0, 1, 2)
+BUDGET = 800_000
+EVAL = 65_536
+PEERS = {"sliding_window": {"n_heads": 4, "window": 16}, "mamba": {}, "mamba2": {}, "rwkv6": {},
+         "retnet": {"n_heads": 4}, "grassmann": {"impl": "factored"}}
+
+base = paper_model_config("attention", "cpu-2L")
+models = matched_models(base, {"attention": ("attention", base.mixer_options),
+                               **{m: (m, o) for m, o in PEERS.items()}}, knob="auto")
+configs = []
+for label, model in models.items():
+    for seed in SEEDS:
+        cfg = preset_config("cpu-2L", model.mixer, model=model, seed=seed, data_dir=local_data_dir(),
+                            tokenizer="wordpiece", wordpiece_vocab=8192, budget_tokens=BUDGET,
+                            eval_every_tokens=BUDGET // 8, eval_tokens=EVAL)
+        configs.append(RunConfig("wikitext2", cfg.replace(train=cfg.train.replace(device="cpu")), label=label))
