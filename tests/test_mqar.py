@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from tasks import TASKS
 from tasks.mqar import (LOCAL_GRID, ZOOLOGY_FIG2_GRID, MQARConfig, batch_sampler, evaluate,
-                        grid_configs, load_split, mqar_examples, run)
+                        grid_configs, load_split, run)
+from tasks.mqar_data import mqar_examples
 
 
 @st.composite

@@ -8,7 +8,8 @@ import torch
 
 import zoo
 from tasks import TASKS
-from tasks.scaling import CORE_FLOPS, ScalingConfig, build, flops, main, make_steps, parse_mixers, run
+from tasks.flops import CORE_FLOPS, flops
+from tasks.scaling import ScalingConfig, build, main, make_steps, parse_mixers, run
 from tasks.timing import MemoryMeter, PointTimeout, is_oom, measure, run_point
 
 
@@ -66,7 +67,7 @@ def test_every_registered_mixer_has_a_flop_estimate():
 
     assert flops(Unknown(), 1, 8) is None  # no estimate rather than a wrong one
     for name in zoo.MIXERS:
-        assert name in CORE_FLOPS, f"add a FLOP estimate for {name} in tasks/scaling.py"
+        assert name in CORE_FLOPS, f"add a FLOP estimate for {name} in tasks/flops.py"
         with torch.device("meta"):
             m = zoo.build_mixer(name, 64)
         f1, f2 = flops(m, 2, 256), flops(m, 2, 512)
