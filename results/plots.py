@@ -92,6 +92,34 @@ def plot_perplexity(df: pd.DataFrame, out: Path) -> Path | None:
     return _save(g.figure, out / "wikitext2_perplexity_vs_params.png")
 
 
+def plot_lm_curves(df: pd.DataFrame, out: Path) -> Path | None:
+    """Language modelling: validation perplexity against training tokens, one line per
+    model (mean over seeds, 95% band), from each run's evaluation history."""
+    rows = _ok(df, "wikitext2")
+    need = ("eval_steps", "val_ppl_history", "batch_size", "seq_len")
+    if rows.empty or any(c not in rows for c in need):
+        return None
+    hue = _hue(rows)
+    points = [{hue: r[hue], "seed": r.get("seed"), "tokens": step * r["batch_size"] * r["seq_len"], "ppl": ppl}
+              for _, r in rows.iterrows() if isinstance(r["eval_steps"], list)
+              for step, ppl in zip(r["eval_steps"], r["val_ppl_history"]) if ppl is not None]
+    if not points:
+        return None
+    curves = pd.DataFrame(points)
+    fig, ax = plt.subplots(figsize=(5.6, 3.8))
+    sns.lineplot(curves, x="tokens", y="ppl", hue=hue, marker="o", errorbar=CI, ax=ax)
+    ax.set(xlabel="training tokens", ylabel="validation perplexity")
+    ax.xaxis.set_major_formatter(ticker.EngFormatter(sep=""))
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    seeds = curves.groupby(hue)["seed"].nunique()
+    if seeds.max() > 1:
+        ax.set_title(f"mean of {seeds.min()}-{seeds.max()} seeds, 95% CI" if seeds.min() != seeds.max()
+                     else f"mean of {seeds.max()} seeds, 95% CI", fontsize=9)
+    return _save(fig, out / "wikitext2_val_ppl_vs_tokens.png")
+
+
 def plot_mqar(df: pd.DataFrame, out: Path) -> Path | None:
     """MQAR accuracy against model width, one panel per sequence length (Zoology's
     figure). With several learning rates, each point takes the best one, per seed."""
@@ -154,5 +182,5 @@ def plot_scaling(df: pd.DataFrame, out: Path) -> list[Path]:
 def plot_all(df: pd.DataFrame, out: str | Path) -> list[Path]:
     out = Path(out)
     sns.set_theme(style="whitegrid", context="paper")
-    paths = [plot_perplexity(df, out), plot_mqar(df, out), *plot_scaling(df, out)]
+    paths = [plot_perplexity(df, out), plot_lm_curves(df, out), plot_mqar(df, out), *plot_scaling(df, out)]
     return [p for p in paths if p is not None]

@@ -96,13 +96,29 @@ def task_section(rows: pd.DataFrame, task: str) -> str:
     if ok.empty or not metrics:
         return f"## {task}\n\nNo finished runs with metrics."
     keys = _group_keys(ok, task)
+    gap = _gap_to_attention(ok, metrics[-1]) if task == "wikitext2" else None
     body = []
     for key, grp in ok.groupby(keys, dropna=False, sort=True):
         key = key if isinstance(key, tuple) else (key,)
         params = _fmt(float(grp["params"].iloc[0])) if "params" in grp and grp["params"].notna().any() else "–"
-        cells = [_stat(grp[m]) for m in metrics]
+        cells = [_stat(grp[m]) for m in metrics] + ([gap(grp)] if gap else [])
         body.append([*key, params, *cells, grp["seed"].nunique() if "seed" in grp else len(grp)])
-    return f"## {task}\n\nMean ± sd over seeds.\n\n" + _table([*keys, "params", *metrics, "seeds"], body)
+    extra = [f"{metrics[-1]} vs attention"] if gap else []
+    return f"## {task}\n\nMean ± sd over seeds.\n\n" + _table([*keys, "params", *metrics, *extra, "seeds"], body)
+
+
+def _gap_to_attention(ok: pd.DataFrame, metric: str):
+    """The paper's question, as a column: a model's mean ``metric`` relative to the mean
+    of the attention runs of the same setting (``+12.0%`` = 12% higher perplexity)."""
+    if "mixer" not in ok or not (ok["mixer"] == "attention").any():
+        return None
+
+    def gap(grp: pd.DataFrame) -> str:
+        same = ok if "setting" not in ok else ok[ok["setting"] == grp["setting"].iloc[0]]
+        base = pd.to_numeric(same.loc[same["mixer"] == "attention", metric], errors="coerce").mean()
+        mine = pd.to_numeric(grp[metric], errors="coerce").mean()
+        return f"{100 * (mine / base - 1):+.1f}%" if math.isfinite(base) and math.isfinite(mine) else "–"
+    return gap
 
 
 def _our_column(metric: str, split: str, columns) -> str | None:

@@ -112,7 +112,11 @@ def synthetic_frame() -> pd.DataFrame:
                                seed=seed))
             records.append(rec(f"w{n}", "wikitext2", {"test_ppl": 200.0 + 10 * seed + (mixer == "mamba"),
                                                       "best_val_ppl": 210.0, "params": 1e6 + 1e4 * (mixer == "mamba"),
-                                                      "setting": "6L/128", "mixer": mixer}, mixer=mixer, seed=seed))
+                                                      "setting": "6L/128", "mixer": mixer, "batch_size": 4,
+                                                      "seq_len": 8, "eval_steps": [10, 20],
+                                                      "val_ppl_history": [300.0 + 10 * seed, 250.0 + 30 * seed
+                                                                          + 5 * (mixer == "mamba")]},
+                                       mixer=mixer, seed=seed))
             n += 2
     return records_frame(records)
 
@@ -121,7 +125,8 @@ def test_plots_draw_seed_means_and_mark_oom(tmp_path, figures):
     df = synthetic_frame()
     paths = plots.plot_all(df, tmp_path)
     names = sorted(p.name for p in paths)
-    assert names == ["mqar_accuracy_vs_d_model.png", "scaling_latency_vs_L.png", "wikitext2_perplexity_vs_params.png"]
+    assert names == ["mqar_accuracy_vs_d_model.png", "scaling_latency_vs_L.png", "wikitext2_perplexity_vs_params.png",
+                     "wikitext2_val_ppl_vs_tokens.png"]
     assert all(p.stat().st_size > 5000 for p in paths)
 
     # MQAR: per (mixer, d, L, seed) the best lr, then the mean over seeds
@@ -173,6 +178,19 @@ def test_report_puts_our_numbers_beside_the_published_ones(tmp_path):
     assert report_markdown(records_frame(records)).count("Beside the published") == 0
 
 
+def test_report_wikitext2_gap_to_attention_is_per_setting():
+    runs = [("attention", "2L/128", 200.0), ("attention", "2L/128", 220.0), ("grassmann", "2L/128", 231.0),
+            ("attention", "6L/128", 100.0), ("grassmann", "6L/128", 90.0)]
+    records = [rec(f"r{i}", "wikitext2", {"test_ppl": ppl, "best_val_ppl": ppl, "params": 1000, "setting": setting,
+                                          "mixer": mixer}, label=mixer, mixer=mixer, seed=i)
+               for i, (mixer, setting, ppl) in enumerate(runs)]
+    section = report_markdown(records_frame(records)).split("## wikitext2")[1]
+    assert "test_ppl vs attention" in section
+    assert "| grassmann | 2L/128 | 1,000 | 231 | 231 | +10.0% | 1 |" in section  # 231 / mean(200, 220)
+    assert "| grassmann | 6L/128 | 1,000 | 90 | 90 | -10.0% | 1 |" in section
+    assert "| attention | 2L/128 | 1,000 | 210 ± 14.14 (n=2) | 210 ± 14.14 (n=2) | +0.0% | 2 |" in section
+
+
 def test_cli_plot_and_report_read_the_sweep_records(tmp_path, capsys):
     path = tmp_path / "toys.py"
     path.write_text("from sweeps import RunConfig\nconfigs = [RunConfig('toy', {'seed': s}, 'toy') for s in (0, 1)]\n")
@@ -195,3 +213,16 @@ def test_report_scaling_tables_have_a_column_per_length_and_mark_oom():
     cell = lambda m, s: f"{m:.4g} ± {s:.4g} (n=3)"
     assert f"| attention | fwd | {cell(mean, sd)} | {cell(2 * mean, 2 * sd)} | oom |" in section
     assert f"| mamba | fwd | {cell(mean, sd)} | {cell(2 * mean, 2 * sd)} | – |" in section
+
+
+def test_lm_curves_are_seed_means_over_training_tokens(tmp_path, figures):
+    plots.plot_lm_curves(synthetic_frame(), tmp_path)
+    ax = figures["wikitext2_val_ppl_vs_tokens.png"].axes[0]
+    drawn = {}
+    for line in ax.get_lines():
+        x, y = line.get_xdata(), line.get_ydata()
+        if len(x) == 2:  # the two curves; legend handles carry no data
+            drawn[tuple(float(v) for v in y)] = [float(v) for v in x]
+    # steps 10 and 20 at 4 x 8 tokens a step; seeds 0..2 averaged
+    assert drawn == {(310.0, 280.0): [320.0, 640.0], (310.0, 285.0): [320.0, 640.0]}
+    assert "3 seeds" in ax.get_title()
