@@ -1,7 +1,7 @@
 """The local default (``make demo``): every part of the pipeline in under 10 minutes
 of a 2-core CPU, on real data.
 
-- MQAR at L=64 with 4 key-value pairs (the local recipe of ``MQARConfig``: vocab 128,
+- MQAR at L=64 with 4 key-value pairs (the local recipe of ``MQARConfig``: vocab 128, 800 steps,
   batch 64, lr 3e-3, stop at 0.99) for attention, a sliding-window control that cannot
   see the keys from the queries, mamba2, retnet and the Grassmann mixer, d_model 64;
 - long-context scaling of every mixer alone, d_model 64, L = 256 .. 2048 at 4,096
@@ -34,7 +34,7 @@ base = MQARConfig()
 for mixer, options in MQAR.items():
     model = base.model.replace(mixer=mixer, mixer_options=options,
                                positions="learned" if mixer == "attention" else "none")
-    cfg = base.replace(model=model, train=base.train.replace(steps=600, **CPU))
+    cfg = base.replace(model=model, train=base.train.replace(steps=800, **CPU))
     configs.append(RunConfig("mqar", cfg, label=mixer))
 
 # Scaling: one mixer at a time on the whole machine, so timings do not share cores

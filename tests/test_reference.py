@@ -1,0 +1,42 @@
+"""The committed reference results are what their runs produced, and the README shows
+only them: every figure the README links is a file under results/reference/, and each
+reference report is regenerated here from its committed records and must come out the
+same (apart from the time it was written)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from results.records import load_records, records_frame
+from results.report import report_markdown
+from sweeps.cli import PUBLISHED
+
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCE = ROOT / "results" / "reference"
+REPORTS = sorted(p.parent for p in REFERENCE.glob("*/report.md"))
+
+
+def test_readme_figures_are_committed_reference_results():
+    figures = re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", (ROOT / "README.md").read_text())
+    assert figures, "the README shows no figure"
+    for path in figures:
+        assert path.startswith("results/reference/") and (ROOT / path).is_file(), path
+
+
+def test_every_reference_sweep_has_a_report():
+    assert {p.name for p in REPORTS} >= {"smoke", "wikitext2_cpu"}
+
+
+@pytest.mark.parametrize("folder", REPORTS, ids=lambda p: p.name)
+def test_reference_report_is_regenerated_from_its_records(folder):
+    import pandas as pd
+
+    records = load_records(folder)
+    assert records, f"{folder} has a report but no records"
+    published = pd.read_csv(PUBLISHED, dtype={"setting": str})
+    fresh = report_markdown(records_frame(records), published, title=folder.name)
+    stamp = re.compile(r" Written \d{4}-\d\d-\d\d \d\d:\d\d UTC\.")
+    assert stamp.sub("", fresh) == stamp.sub("", (folder / "report.md").read_text())
+    assert any((folder / "plots").glob("*.png")), f"{folder} has no figures"
