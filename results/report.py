@@ -20,6 +20,9 @@ HEADLINE = {
     "mqar": ("accuracy",),
     "snli": ("test_accuracy", "best_val_accuracy", "accuracy"),
 }
+# Parameter counts a table shows: matching is done without embeddings, which a
+# resized d_model changes, so both are shown where the record has both.
+COUNTS = {"params": "params", "params_no_embeddings": "params w/o embeddings"}
 SPLITS = {"valid": ("val", "valid", "validation", "dev"), "validation": ("val", "valid", "validation", "dev"),
           "dev": ("dev", "val", "valid"), "test": ("test",), "train": ("train",)}
 METRICS = {"ppl": ("ppl", "perplexity"), "perplexity": ("ppl", "perplexity"),
@@ -96,15 +99,17 @@ def task_section(rows: pd.DataFrame, task: str) -> str:
     if ok.empty or not metrics:
         return f"## {task}\n\nNo finished runs with metrics."
     keys = _group_keys(ok, task)
+    counts = [c for c in COUNTS if c in ok]
     gap = _gap_to_attention(ok, metrics[-1]) if task == "wikitext2" else None
     body = []
     for key, grp in ok.groupby(keys, dropna=False, sort=True):
         key = key if isinstance(key, tuple) else (key,)
-        params = _fmt(float(grp["params"].iloc[0])) if "params" in grp and grp["params"].notna().any() else "–"
+        params = [_fmt(float(grp[c].iloc[0])) if grp[c].notna().any() else "–" for c in counts]
         cells = [_stat(grp[m]) for m in metrics] + ([gap(grp)] if gap else [])
-        body.append([*key, params, *cells, grp["seed"].nunique() if "seed" in grp else len(grp)])
+        body.append([*key, *params, *cells, grp["seed"].nunique() if "seed" in grp else len(grp)])
     extra = [f"{metrics[-1]} vs attention"] if gap else []
-    return f"## {task}\n\nMean ± sd over seeds.\n\n" + _table([*keys, "params", *metrics, *extra, "seeds"], body)
+    header = [*keys, *(COUNTS[c] for c in counts), *metrics, *extra, "seeds"]
+    return f"## {task}\n\nMean ± sd over seeds.\n\n" + _table(header, body)
 
 
 def _gap_to_attention(ok: pd.DataFrame, metric: str):
