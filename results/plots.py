@@ -106,8 +106,11 @@ def plot_lm_curves(df: pd.DataFrame, out: Path) -> Path | None:
     if not points:
         return None
     curves = pd.DataFrame(points)
+    # the legend lists the models best first, by their mean at their last evaluation
+    last = curves[curves["tokens"] == curves.groupby(hue)["tokens"].transform("max")]
+    order = list(last.groupby(hue)["ppl"].mean().sort_values().index)
     fig, ax = plt.subplots(figsize=(5.6, 3.8))
-    sns.lineplot(curves, x="tokens", y="ppl", hue=hue, marker="o", errorbar=CI, ax=ax)
+    sns.lineplot(curves, x="tokens", y="ppl", hue=hue, hue_order=order, marker="o", errorbar=CI, ax=ax)
     ax.set(xlabel="training tokens", ylabel="validation perplexity")
     ax.xaxis.set_major_formatter(ticker.EngFormatter(sep=""))
     ax.set_yscale("log")

@@ -226,3 +226,4 @@ def test_lm_curves_are_seed_means_over_training_tokens(tmp_path, figures):
     # steps 10 and 20 at 4 x 8 tokens a step; seeds 0..2 averaged
     assert drawn == {(310.0, 280.0): [320.0, 640.0], (310.0, 285.0): [320.0, 640.0]}
     assert "3 seeds" in ax.get_title()
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["attention", "mamba"]  # best last ppl first
