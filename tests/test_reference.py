@@ -40,3 +40,22 @@ def test_reference_report_is_regenerated_from_its_records(folder):
     stamp = re.compile(r" Written \d{4}-\d\d-\d\d \d\d:\d\d UTC\.")
     assert stamp.sub("", fresh) == stamp.sub("", (folder / "report.md").read_text())
     assert any((folder / "plots").glob("*.png")), f"{folder} has no figures"
+
+
+def test_readme_headline_table_is_the_wikitext2_cpu_records():
+    """The README's perplexity table, row by row, against the committed records."""
+    import statistics
+
+    runs = {}
+    for rec in load_records(REFERENCE / "wikitext2_cpu"):
+        runs.setdefault(rec["label"], []).append(rec["metrics"]["test_ppl"])
+    base = statistics.mean(runs["attention"])
+    text = (ROOT / "README.md").read_text()
+    table = text.split("| mixer (same block, matched) |")[1].split("\n\n")[0]
+    rows = re.findall(r"^\| (\w+)[^|]* \| ([\d.]+) ± ([\d.]+) \| ([−+]?[\d.]+) %? ?\|", table, re.M)
+    assert sorted(label for label, *_ in rows) == sorted(runs)
+    for label, mean, sd, gap in rows:
+        ppl = runs[label]
+        assert float(mean) == round(statistics.mean(ppl), 1), label
+        assert float(sd) == round(statistics.stdev(ppl), 1), label
+        assert float(gap.replace("−", "-")) == round(100 * (statistics.mean(ppl) / base - 1), 1), label
