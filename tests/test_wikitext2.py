@@ -165,3 +165,31 @@ def test_our_numbers_print_beside_the_published_ones():
     assert "GrassmannLM" in text and "275.7" in text and "356.6" in text and "181.66" in text
     assert "235.2" not in text  # 12L/256 rows belong to the other preset
     assert {r["setting"] for r in data.published_rows("wikitext2")} == {"6L/128", "12L/256", "6L/256"}
+
+
+def _build_once(path: str, log: str, queue) -> None:
+    def build():
+        with open(log, "a") as f:
+            f.write("built\n")
+        import time
+        time.sleep(0.5)  # long enough for the other process to miss the cache too
+        return {"pid": os.getpid()}
+    queue.put(data.cached(Path(path), build))
+
+
+def test_concurrent_cache_misses_build_once_and_share_the_result(tmp_path):
+    # Parallel runs of a sweep miss the same tokenizer/ids entry at once; each used to
+    # keep its own build, and WordPiece training differed between processes.
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    path, log = tmp_path / "entry.pt", tmp_path / "builds.log"
+    procs = [ctx.Process(target=_build_once, args=(str(path), str(log), queue)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    got = [queue.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    assert log.read_text() == "built\n"
+    assert got[0] == got[1]
