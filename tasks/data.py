@@ -9,7 +9,6 @@ always says where its data came from.
 """
 from __future__ import annotations
 
-import contextlib
 import csv
 import fcntl
 import hashlib
@@ -54,30 +53,30 @@ def fingerprint(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-@contextlib.contextmanager
-def build_lock(path: Path):
-    """Held while ``path`` is built. Runs of a sweep that miss the same cache entry at
-    once build it one at a time: the first builds, the others wait and load its file.
-    Without it each kept its own build, and two WordPiece trainings of the same text in
-    two processes gave different ids (2,473,123 vs 2,473,105 training tokens)."""
+def build_once(path: Path, write) -> Path:
+    """Make sure ``path`` exists: if not, ``write(tmp)`` and rename ``tmp`` to ``path``.
+    Runs of a sweep that miss the same cache entry at once build it one at a time (a
+    file lock): the first builds, the others wait and read its file, so every run gets
+    the same bytes. Without it each kept its own build, and two WordPiece trainings of
+    the same text in two processes gave different ids (2,473,123 vs 2,473,105 tokens)."""
+    if path.exists():
+        return path
     with open(path.with_name(path.name + ".lock"), "w") as fd:
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
-            yield
+            if not path.exists():  # nobody built it while we waited
+                tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+                write(tmp)
+                os.replace(tmp, path)
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
+    return path
 
 
 def cached(path: Path, build):
-    """``torch.load(path)`` if it exists, else ``build()`` saved atomically to ``path``."""
-    if not path.exists():
-        with build_lock(path):
-            if not path.exists():  # nobody built it while we waited
-                value = build()
-                tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-                torch.save(value, tmp)
-                os.replace(tmp, path)
-                return value
+    """``build()``, saved to ``path`` by the first run that needs it; every run, that
+    one included, loads the saved file."""
+    build_once(path, lambda tmp: torch.save(build(), tmp))
     return torch.load(path, weights_only=False)
 
 
@@ -201,18 +200,16 @@ def trained_wordpiece(texts: list[str], vocab_size: int, cache_dir: str | None, 
     by content so every run on the same text gets the same ids."""
     tk = need("tokenizers", "training a WordPiece tokenizer")
     path = cache_root(cache_dir) / f"wordpiece-{vocab_size}-{fingerprint(texts)}.json"
-    if not path.exists():
-        with build_lock(path):
-            if not path.exists():
-                tok = tk.Tokenizer(tk.models.WordPiece(unk_token="[UNK]"))
-                tok.normalizer = tk.normalizers.BertNormalizer(lowercase=True)
-                tok.pre_tokenizer = tk.pre_tokenizers.BertPreTokenizer()
-                tok.decoder = tk.decoders.WordPiece()
-                trainer = tk.trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(SPECIALS))
-                tok.train_from_iterator(texts, trainer)
-                tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-                tok.save(str(tmp))
-                os.replace(tmp, path)
+
+    def train(tmp: Path) -> None:
+        tok = tk.Tokenizer(tk.models.WordPiece(unk_token="[UNK]"))
+        tok.normalizer = tk.normalizers.BertNormalizer(lowercase=True)
+        tok.pre_tokenizer = tk.pre_tokenizers.BertPreTokenizer()
+        tok.decoder = tk.decoders.WordPiece()
+        tok.train_from_iterator(texts, tk.trainers.WordPieceTrainer(vocab_size=vocab_size,
+                                                                   special_tokens=list(SPECIALS)))
+        tok.save(str(tmp))
+    build_once(path, train)
     # every run, the one that trained it included, uses the file: one tokenizer per cache entry
     return Subword(tk.Tokenizer.from_file(str(path)), f"wordpiece trained on {about} (target vocab {vocab_size})")
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import hashlib
 import json
 import os
 import time
@@ -34,6 +33,7 @@ from zoo.config import StrictConfig
 from zoo.model import ModelConfig
 
 from .common import environment, lm_loss, model_metadata
+from .data import cached, fingerprint
 from .mqar_data import GENERATOR_VERSION, check_mqar, mqar_examples
 from .train import TrainConfig, train
 
@@ -88,19 +88,15 @@ def cache_root(cfg: MQARConfig) -> Path:
 def load_split(cfg: MQARConfig, split: str) -> tuple[torch.Tensor, torch.Tensor]:
     """The split's (inputs, labels), generated once and cached under a hash of its key."""
     key = cfg.data_key(split)
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    path = cache_root(cfg) / f"mqar-{split}-{digest}.pt"
-    if path.exists():
-        data = torch.load(path, weights_only=True)
-        return data["inputs"].long(), data["labels"].long()
-    kw = {k: v for k, v in key.items() if k != "version"}
-    inputs, labels = mqar_examples(**kw)
+    path = cache_root(cfg) / f"mqar-{split}-{fingerprint(key)}.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    # int32 halves the file; the key rides along so a cached file explains itself
-    torch.save({"inputs": inputs.int(), "labels": labels.int(), "key": key}, tmp)
-    os.replace(tmp, path)  # atomic: concurrent jobs may race to write the same file
-    return inputs, labels
+
+    def generate() -> dict:
+        inputs, labels = mqar_examples(**{k: v for k, v in key.items() if k != "version"})
+        # int32 halves the file; the key rides along so a cached file explains itself
+        return {"inputs": inputs.int(), "labels": labels.int(), "key": key}
+    data = cached(path, generate)
+    return data["inputs"].long(), data["labels"].long()
 
 
 def batch_sampler(n: int, batch_size: int, seed: int):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from results.records import load_records, records_frame
@@ -31,8 +32,6 @@ def test_every_reference_sweep_has_a_report():
 
 @pytest.mark.parametrize("folder", REPORTS, ids=lambda p: p.name)
 def test_reference_report_is_regenerated_from_its_records(folder):
-    import pandas as pd
-
     records = load_records(folder)
     assert records, f"{folder} has a report but no records"
     published = pd.read_csv(PUBLISHED, dtype={"setting": str})
