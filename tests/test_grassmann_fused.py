@@ -8,6 +8,7 @@ variable must be set before the kernels are decorated, which happens when
 import itertools
 import os
 import sys
+import time
 
 import torch
 
@@ -17,7 +18,7 @@ if not CUDA:
 
 import pytest  # noqa: E402
 
-from zoo.mixers.grassmann import Grassmann, grassmann_features, plucker  # noqa: E402
+from zoo.mixers.grassmann import IMPL_FNS, Grassmann, grassmann_features, plucker  # noqa: E402
 from zoo.ops import grassmann as ops  # noqa: E402
 from zoo.ops.grassmann import (grassmann_features_factored, grassmann_features_fused,  # noqa: E402
                                valid_counts)
@@ -202,7 +203,7 @@ def test_compile_failure_is_clear_and_auto_falls_back(monkeypatch):
         raise OSError("no C++ compiler")
 
     monkeypatch.setattr(ops, "_compiled", broken)
-    monkeypatch.setattr(Grassmann, "_compile_failed", False)
+    monkeypatch.setattr(Grassmann, "auto_choices", {})
     h = torch.randn(2, 9, 16)
     with pytest.raises(RuntimeError, match="torch.compile of the factored core failed"):
         Grassmann(16, r=4, impl="compiled")(h)
@@ -210,7 +211,38 @@ def test_compile_failure_is_clear_and_auto_falls_back(monkeypatch):
     auto.load_state_dict(ref.state_dict())
     if not CUDA:
         torch.testing.assert_close(auto(h), ref(h))
-        assert auto.backend == "factored" and Grassmann._compile_failed
+        assert auto.backend == "factored"
+        (choice, times), = Grassmann.auto_choices.values()
+        assert choice == "factored" and times["compiled"] == float("inf") and times["factored"] > 0
+
+
+def test_auto_runs_the_measured_fastest(monkeypatch):
+    """auto runs whichever implementation its measurement found fastest, once per shape
+    bucket: here 'compiled' is made slow, then fast, by a stand-in."""
+    monkeypatch.setattr(Grassmann, "auto_choices", {})
+    delay = {"compiled": 0.05}
+
+    def slow_compiled(*args):
+        time.sleep(delay["compiled"])
+        return grassmann_features_factored(*args)
+
+    monkeypatch.setitem(IMPL_FNS, "compiled", slow_compiled)
+    ref = Grassmann(16, r=4)
+    auto = Grassmann(16, r=4, impl="auto")
+    auto.load_state_dict(ref.state_dict())
+    h = torch.randn(2, 9, 16, requires_grad=True)
+    torch.testing.assert_close(auto(h), ref(h))
+    assert auto.backend == "factored"
+    (bucket, (choice, times)), = Grassmann.auto_choices.items()
+    assert bucket[:3] == ("cpu", torch.float32, True)  # timed with the backward pass
+    assert times["compiled"] >= 0.05 > times["factored"]
+    auto(torch.randn(2, 10, 16, requires_grad=True))  # same bucket: not measured again
+    assert len(Grassmann.auto_choices) == 1
+    with torch.no_grad():  # another bucket (forward only): measured anew, now compiled wins
+        delay["compiled"] = 0.0
+        monkeypatch.setitem(IMPL_FNS, "factored", lambda *a: time.sleep(0.05) or slow_compiled(*a))
+        auto(h)
+    assert auto.backend == "compiled" and len(Grassmann.auto_choices) == 2
 
 
 @pytest.mark.slow
@@ -227,10 +259,20 @@ def test_compiled_and_auto_on_cpu():
     torch.testing.assert_close(y, ref(h), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(dh, dh_ref, rtol=1e-4, atol=1e-5)
     assert fast.backend == "compiled"
-    auto = Grassmann(32, r=8, offsets=(1, 2, 40), eps=1e-3, impl="auto")
-    auto.load_state_dict(ref.state_dict())
-    torch.testing.assert_close(auto(h), ref(h), rtol=1e-5, atol=1e-5)
-    assert auto.backend == "compiled"  # CPU input: torch.compile even where CUDA exists
+
+
+@pytest.mark.slow
+def test_auto_picks_the_faster_of_factored_and_compiled_on_this_cpu(monkeypatch):
+    """The issue's shape (d_model 256, 8,192 tokens, forward+backward): auto's choice is
+    the faster of the two by its own measurement, and is what it records as backend."""
+    monkeypatch.setattr(Grassmann, "auto_choices", {})
+    m = Grassmann(256, impl="auto")
+    h = torch.randn(8, 1024, 256, requires_grad=True)
+    m(h).sum().backward()
+    (choice, times), = Grassmann.auto_choices.values()
+    assert set(times) == {"factored", "compiled"}  # the interpreter's Triton is never timed
+    assert m.backend == choice == min(times, key=times.get)
+    print({k: round(v, 4) for k, v in times.items()})
 
 
 @cuda_only

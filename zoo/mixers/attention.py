@@ -7,12 +7,18 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..ops.optional import optional
+from ..ops.fastpath import HALF, Kernel
 from .base import Mixer, check_choice, check_divisible, check_positive
 
-flash_attn_func = optional("flash_attn", "flash_attn_func")
+# flash_attn_func(q, k, v, causal=True, window_size=(left, right)) on (B, L, H, Dh) fp16/bf16;
+# window_size arrived in 2.3.0.
+FLASH_ATTN = Kernel("flash_attn", "flash_attn_func", "flash-attn", "2.3.0",
+                    "the window_size argument", dtypes=HALF)
 
 BACKENDS = ("auto", "flash_attn", "sdpa", "math")
+# A query block of the local path is at least this long: shorter blocks make more,
+# smaller SDPA calls, whose overhead outweighs the keys they save.
+LOCAL_BLOCK = 32
 
 
 def attention_ref(q, k, v, window: int | None = None):
@@ -33,6 +39,32 @@ def _causal_mask(L: int, window: int | None, device) -> torch.Tensor:
     return keep
 
 
+def local_attention(q, k, v, window: int):
+    """Sliding-window causal attention in time and memory linear in L: the same
+    function as ``attention_ref(q, k, v, window)``. q, k, v: (B, H, L, Dh).
+
+    The sequence is cut into blocks of T >= window queries; every key a query of block
+    n may see lies in block n or n - 1, so each block attends to those 2T keys under a
+    fixed (T, 2T) band mask: L/T SDPA calls' worth of work of size T x 2T, never L x L.
+    """
+    B, H, L, Dh = q.shape
+    T = max(window, LOCAL_BLOCK)
+    n = -(-L // T)
+    pad = n * T - L  # padded queries and keys sit after every real token: never seen
+    q, k, v = (F.pad(t, (0, 0, 0, pad)).view(B, H, n, T, Dh) for t in (q, k, v))
+
+    def with_previous(t):  # (B, H, n, T, Dh) -> (B, H, n, 2T, Dh): block n-1, then block n
+        return torch.cat([F.pad(t, (0, 0, 0, 0, 1, 0))[:, :, :n], t], dim=3)
+
+    i = torch.arange(T, device=q.device)[:, None]  # query offset in its block
+    j = torch.arange(2 * T, device=q.device)[None, :] - T  # key offset from the block start
+    band = (j <= i) & (j >= i - window)  # (T, 2T)
+    first = band & (j >= 0)  # block 0 has no previous block: its zero padding is masked
+    mask = torch.stack([first, *[band] * (n - 1)]) if n > 1 else first[None]  # (n, T, 2T)
+    y = F.scaled_dot_product_attention(q, with_previous(k), with_previous(v), attn_mask=mask)
+    return y.reshape(B, H, n * T, Dh)[:, :, :L]
+
+
 class Attention(Mixer):
     """Causal multi-head self-attention: qkv projection, softmax attention, output
     projection. 4 (d^2 + d) parameters, as in the paper's TransformerLM."""
@@ -44,38 +76,46 @@ class Attention(Mixer):
         super().__init__()
         check_divisible(self.name, d_model, n_heads)
         check_choice(self.name, "backend", backend, BACKENDS)
-        if backend == "flash_attn" and flash_attn_func is None:
-            raise ValueError(f"{self.name}: backend='flash_attn' but flash_attn is not importable")
+        if backend == "flash_attn" and FLASH_ATTN.fn is None:
+            raise ValueError(f"{self.name}: backend='flash_attn' cannot run: {FLASH_ATTN.why_not}")
         self.d_model, self.n_heads, self.requested_backend = d_model, n_heads, backend
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out = nn.Linear(d_model, d_model, bias=bias)
 
     window: int | None = None  # None: full causal attention
 
-    def _pick_backend(self, x: torch.Tensor) -> str:
-        if self.requested_backend != "auto":
-            return self.requested_backend
-        if flash_attn_func is not None and x.is_cuda and x.dtype in (torch.float16, torch.bfloat16):
+    def choose_backend(self, device_type: str, dtype: torch.dtype) -> str:
+        """The path a forward takes for q/k/v of this device type and dtype: the dtype
+        the kernel sees, i.e. after the projection (bf16 under autocast even though the
+        block hands the mixer fp32)."""
+        if self.requested_backend == "flash_attn":
+            if not FLASH_ATTN.allows(device_type, dtype):
+                raise ValueError(f"{self.name}: backend='flash_attn' needs CUDA fp16/bf16 "
+                                 f"inputs, got {device_type} {dtype}")
             return "flash_attn"
-        return "sdpa"
+        if self.requested_backend == "auto" and FLASH_ATTN.allows(device_type, dtype):
+            return "flash_attn"
+        if self.requested_backend == "math":
+            return "math"
+        return "sdpa" if self.window is None else "sdpa_local"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, L, D = x.shape
         H = self.n_heads
         q, k, v = self.qkv(x).view(B, L, 3, H, D // H).unbind(2)  # each (B, L, H, Dh)
-        backend = self.backend = self._pick_backend(x)
+        backend = self.backend = self.choose_backend(q.device.type, q.dtype)
         if backend == "flash_attn":
+            # documented: (B, L, H, Dh), causal, window_size=(left, right) keys around t
             win = (-1, -1) if self.window is None else (self.window, 0)
-            y = flash_attn_func(q, k, v, causal=True, window_size=win)  # (B, L, H, Dh)
+            y = FLASH_ATTN(q, k, v, causal=True, window_size=win)  # (B, L, H, Dh)
         else:
             q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, L, Dh)
             if backend == "math":
                 y = attention_ref(q, k, v, self.window)
-            elif self.window is None:
+            elif backend == "sdpa":
                 y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             else:
-                mask = _causal_mask(L, self.window, x.device)
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+                y = local_attention(q, k, v, self.window)
             y = y.transpose(1, 2)  # (B, L, H, Dh)
         return self.out(y.reshape(B, L, D))
 
@@ -89,7 +129,7 @@ class SlidingWindowAttention(Attention):
     so it separates "local" from "geometric" in every comparison."""
 
     name = "sliding_window"
-    fast_path = "flash_attn window_size (CUDA, fp16/bf16); else masked SDPA"
+    fast_path = "flash_attn window_size (CUDA, fp16/bf16); else SDPA over blocks (linear in L)"
 
     def __init__(self, d_model: int, n_heads: int = 4, window: int = 16, backend: str = "auto",
                  bias: bool = True):

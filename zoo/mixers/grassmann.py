@@ -35,9 +35,10 @@ Readings, each an explicit option:
 readable reference below; "factored" (plain torch), "compiled" (the same under
 torch.compile) and "fused" (Triton kernels, forward and backward; CPU only through
 TRITON_INTERPRET=1) use the exact factorisation of ``zoo/ops/grassmann.py``, which
-never lists the (B, L, |Δ|, 496) Plücker tensor. "auto" runs "fused" on CUDA and
-"compiled" elsewhere (or "factored" where torch.compile fails); ``backend`` says
-which ran ("eager", "factored", "compiled", "triton", "triton_interpret").
+never lists the (B, L, |Δ|, 496) Plücker tensor. "auto" times "factored", "compiled"
+and, on CUDA, "fused" on the first input of each shape bucket and runs the fastest (a
+torch.compile that fails here counts as never fastest); ``backend`` says which ran
+("eager", "factored", "compiled", "triton", "triton_interpret").
 Around the mixer, one public reproduction (alphaXiv/paper-implementations) wraps the
 blend in a pre-LN block with a second residual (h + LN(blend(LN h))); others use the
 paper's post-LN block. That choice lives in the backbone (ModelConfig.block).
@@ -50,6 +51,7 @@ import torch.nn.functional as F
 
 from ..ops.grassmann import (fused_backend, grassmann_features_compiled,
                              grassmann_features_factored, grassmann_features_fused, triton)
+from ..ops.fastpath import fastest
 from .base import Mixer, check_choice
 
 PAIRINGS = ("past", "future")
@@ -131,7 +133,7 @@ class Grassmann(Mixer):
     includes_residual = True  # both mixings return h + (something): no block residual
     causal = True  # False only for the paper's literal, leaking, pairing="future"
     fast_path = ("impl='fused': Triton fwd+bwd (CUDA); 'compiled'/'factored': factored torch; "
-                 "'auto' picks; default 'eager'")
+                 "'auto' picks the fastest by measurement; default 'eager'")
 
     def __init__(self, d_model: int, r: int = 32, offsets=(1, 2, 4, 8, 12, 16),
                  pairing: str = "past", normalize: bool = True, eps: float = 1e-6,
@@ -173,25 +175,40 @@ class Grassmann(Mixer):
             return a * h + (1 - a) * g
         return h + a * g
 
-    _compile_failed = False  # set once torch.compile has failed in this process
+    # impl="auto": the fastest exact implementation, measured (forward, plus backward
+    # when gradients are on) on the first input of each shape bucket in this process:
+    # {bucket: (impl, {impl: seconds})}. Shared by every Grassmann layer of the process.
+    auto_choices: dict[tuple, tuple[str, dict[str, float]]] = {}
 
     def _features(self, z: torch.Tensor) -> torch.Tensor:
         args = (z, self.w_plu.weight, self.w_plu.bias, self.offsets, self.pairing,
                 self.normalize, self.eps, self.aggregate)
-        impl = self.impl
-        if impl == "auto":  # Triton on CUDA (it has no float64 kernel), else torch.compile
-            cuda = fused_backend(z.device) == "triton" and z.dtype != torch.float64
-            impl = "fused" if cuda else "factored" if Grassmann._compile_failed else "compiled"
-        if impl == "compiled" and self.impl == "auto":
-            try:
-                g = grassmann_features_compiled(*args)
-            except RuntimeError:  # no working compiler here: the same formulation, uncompiled
-                Grassmann._compile_failed = True
-                impl, g = "factored", grassmann_features_factored(*args)
-        else:
-            g = IMPL_FNS[impl](*args)
+        impl = self._auto_impl(args) if self.impl == "auto" else self.impl
+        g = IMPL_FNS[impl](*args)
         self.backend = fused_backend(z.device) if impl == "fused" else impl
         return g
+
+    def _auto_impl(self, args) -> str:
+        z, weight, bias = args[:3]
+        grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in args[:3])
+        B, L, _ = z.shape
+        bucket = (z.device.type, z.dtype, grad, _pow2(B * L), _pow2(L), *weight.shape, *args[3:])
+        if bucket not in Grassmann.auto_choices:
+            names = ["factored", "compiled"]
+            if fused_backend(z.device) == "triton" and z.dtype != torch.float64:
+                names.insert(0, "fused")  # the interpreter, on CPU, is never the fastest
+            inputs = [t.detach().requires_grad_(grad) for t in args[:3] if t is not None]
+
+            def run(fn):
+                def call():
+                    g = fn(*inputs, *([None] if bias is None else []), *args[3:])
+                    if grad:
+                        torch.autograd.grad(g, inputs, torch.ones_like(g))
+                return call
+
+            Grassmann.auto_choices[bucket] = fastest(
+                {name: run(IMPL_FNS[name]) for name in names}, z.device)
+        return Grassmann.auto_choices[bucket][0]
 
     def state_size(self, seq_len: int) -> int:
         # The last max(Δ) reduced tokens z (the current h is input, not state). The
@@ -206,6 +223,11 @@ class Grassmann(Mixer):
 
 IMPL_FNS = {"eager": grassmann_features, "factored": grassmann_features_factored,
             "compiled": grassmann_features_compiled, "fused": grassmann_features_fused}
+
+
+def _pow2(n: int) -> int:
+    """The power of two at or above n: shapes within a factor 2 share a measurement."""
+    return 1 << max(n - 1, 0).bit_length()
 
 
 def _is_int(x) -> bool:

@@ -13,12 +13,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..ops.optional import optional
-from ..ops.selective_scan import selective_scan, selective_scan_cuda
+from ..ops.fastpath import Kernel
+from ..ops.selective_scan import SELECTIVE_SCAN, selective_scan
 from .base import Mixer, check_positive
 
-mamba_inner_fn = optional("mamba_ssm.ops.selective_scan_interface", "mamba_inner_fn")
-causal_conv1d_fn = optional("causal_conv1d", "causal_conv1d_fn")
+# Fused conv + projections + scan. It calls causal-conv1d's C++ functions, which
+# mamba_ssm imports under one name or another depending on its version.
+CAUSAL_CONV1D_NEEDS = (("causal_conv1d_fwd_function", "causal_conv1d_bwd_function"),
+                       ("causal_conv1d_cuda",))
+MAMBA_INNER = Kernel("mamba_ssm.ops.selective_scan_interface", "mamba_inner_fn", "mamba-ssm",
+                     "2.0.0", "the argument layouts of mamba_ssm 2", needs=CAUSAL_CONV1D_NEEDS)
 
 # Initial step sizes softplus(dt_proj.bias) are log-uniform in [DT_MIN, DT_MAX].
 DT_MIN, DT_MAX, DT_FLOOR = 1e-3, 0.1, 1e-4
@@ -69,16 +73,14 @@ class Mamba(Mixer):
         A = -torch.exp(self.A_log.float())  # (di, N), fp32 whatever the module dtype
         D, dt_bias = self.D.float(), self.dt_proj.bias.float()
 
-        on_kernels = x.is_cuda and x.dtype != torch.float64  # the kernels have no fp64
-        if mamba_inner_fn is not None and causal_conv1d_fn is not None and on_kernels:
-            self.backend = "mamba_ssm"  # fused conv + projections + scan, CUDA only
-            return mamba_inner_fn(xz, self.conv1d.weight, self.conv1d.bias, self.x_proj.weight,
+        if MAMBA_INNER.usable(x):
+            self.backend = "mamba_ssm_fused"
+            return MAMBA_INNER(xz, self.conv1d.weight, self.conv1d.bias, self.x_proj.weight,
                                   self.dt_proj.weight, self.out_proj.weight, self.out_proj.bias,
                                   A, None, None, D, delta_bias=dt_bias, delta_softplus=True)
 
         # selective_scan itself runs the CUDA scan kernel when it can.
-        self.backend = "mamba_ssm_scan" if selective_scan_cuda is not None and on_kernels \
-            else "torch_chunked"
+        self.backend = "mamba_ssm_scan" if SELECTIVE_SCAN.usable(x) else "torch_chunked"
         u, z = xz.chunk(2, dim=1)  # (B, di, L) each
         u = F.silu(self.conv1d(u)[..., :L])  # causal: keep the outputs that see no future
         dt, Bs, Cs = self.x_proj(u.transpose(1, 2)).split(

@@ -18,13 +18,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..ops.optional import optional
+from ..ops.fastpath import Kernel
 from ..ops.ssd import ssd_backend, ssd_scan
 from .base import Mixer, check_positive
+from .mamba import CAUSAL_CONV1D_NEEDS
 
-mamba_split_conv1d_scan_combined = optional(
-    "mamba_ssm.ops.triton.ssd_combined", "mamba_split_conv1d_scan_combined")
-causal_conv1d_fn = optional("causal_conv1d", "causal_conv1d_fn")
+MAMBA2_FUSED = Kernel("mamba_ssm.ops.triton.ssd_combined", "mamba_split_conv1d_scan_combined",
+                      "mamba-ssm", "2.0.0", "the Mamba-2 SSD kernels", needs=CAUSAL_CONV1D_NEEDS)
 
 
 def gated_rmsnorm(y, z, weight, eps: float, ngroups: int):
@@ -80,8 +80,8 @@ class Mamba2(Mixer):
             p._no_weight_decay = True  # as in mamba_ssm; honoured by optimisers that look
 
     def _fused_ok(self, u: torch.Tensor) -> bool:
-        return (mamba_split_conv1d_scan_combined is not None and causal_conv1d_fn is not None
-                and u.is_cuda and u.dtype != torch.float64 and 2 <= self.d_conv <= 4)
+        # causal-conv1d's kernels take widths 2 to 4 only
+        return 2 <= self.d_conv <= 4 and MAMBA2_FUSED.usable(u)
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         Bsz, L, _ = u.shape  # (B, L, D)
@@ -89,8 +89,8 @@ class Mamba2(Mixer):
         # (nheads,); at least float32 so bf16/fp16 weights cannot round A to -inf
         A = -torch.exp(self.A_log.to(torch.promote_types(self.A_log.dtype, torch.float32)))
         if self._fused_ok(u):
-            self.backend = "mamba_ssm"
-            return mamba_split_conv1d_scan_combined(
+            self.backend = "mamba_ssm_fused"
+            return MAMBA2_FUSED(
                 zxbcdt, self.conv1d.weight.squeeze(1), self.conv1d.bias, self.dt_bias, A, self.D,
                 self.chunk_size, activation="silu", rmsnorm_weight=self.norm_weight,
                 rmsnorm_eps=self.norm_eps, outproj_weight=self.out_proj.weight, headdim=self.headdim,

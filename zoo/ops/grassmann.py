@@ -50,7 +50,7 @@ import sys
 
 import torch
 
-from .optional import optional
+from .fastpath import optional
 
 triton = optional("triton")
 

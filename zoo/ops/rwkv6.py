@@ -27,15 +27,15 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .optional import optional
+from .fastpath import Kernel
 
-# flash-linear-attention >= 0.2 (the (B, L, H, K) "head_first=False" layout).
-chunk_rwkv6 = optional("fla.ops.rwkv6", "chunk_rwkv6")
+CHUNK_RWKV6 = Kernel("fla.ops.rwkv6", "chunk_rwkv6", "flash-linear-attention", "0.2.0",
+                     "the (B, L, H, K) layout; 0.1.x read it as head-first")
 
 
 def rwkv6_backend(x: torch.Tensor) -> str:
     """The implementation ``rwkv6_scan`` runs for inputs like ``x``."""
-    return "fla" if chunk_rwkv6 is not None and x.is_cuda else "torch_chunked"
+    return "fla" if CHUNK_RWKV6.usable(x) else "torch_chunked"
 
 
 def rwkv6_scan(q, k, v, w, u, scale=None, initial_state=None, output_final_state=False,
@@ -47,7 +47,7 @@ def rwkv6_scan(q, k, v, w, u, scale=None, initial_state=None, output_final_state
                                 chunk_size)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     q, k, v, w = (t.transpose(1, 2) for t in (q, k, v, w))  # (B, L, H, *)
-    o, final = chunk_rwkv6(q, k, v, w, u, scale=scale, initial_state=initial_state,
+    o, final = CHUNK_RWKV6(q, k, v, w, u, scale=scale, initial_state=initial_state,
                            output_final_state=output_final_state)
     return o.transpose(1, 2), final  # fla picks its own chunk size
 

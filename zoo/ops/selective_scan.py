@@ -20,9 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from .optional import optional
+from .fastpath import Kernel
 
-selective_scan_cuda = optional("mamba_ssm.ops.selective_scan_interface", "selective_scan_fn")
+SELECTIVE_SCAN = Kernel("mamba_ssm.ops.selective_scan_interface", "selective_scan_fn", "mamba-ssm",
+                        "2.0.0", "the argument layouts of mamba_ssm 2")
 
 
 def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
@@ -35,10 +36,10 @@ def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_sof
     final state (batch, dim, dstate) in the accumulation dtype (float32, or float64).
     Runs mamba_ssm's CUDA kernel when it is importable and u is a CUDA tensor it
     supports; otherwise ``selective_scan_chunked``."""
-    if selective_scan_cuda is not None and u.is_cuda and u.dtype != torch.float64:
+    if SELECTIVE_SCAN.usable(u):
         # The kernel takes no chunk size, and (unlike the torch path) does not
         # backpropagate through the returned last state.
-        return selective_scan_cuda(u, delta, A, B, C, D=D, z=z, delta_bias=delta_bias,
+        return SELECTIVE_SCAN(u, delta, A, B, C, D=D, z=z, delta_bias=delta_bias,
                                    delta_softplus=delta_softplus,
                                    return_last_state=return_last_state)
     return selective_scan_chunked(u, delta, A, B, C, D, z, delta_bias, delta_softplus,

@@ -19,17 +19,16 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .optional import optional
+from .fastpath import Kernel
 
-mamba_chunk_scan_combined = optional("mamba_ssm.ops.triton.ssd_combined", "mamba_chunk_scan_combined")
+# Also the source of the fused Mamba-2 block (zoo/mixers/mamba2.py); no float64 kernels.
+SSD_SCAN = Kernel("mamba_ssm.ops.triton.ssd_combined", "mamba_chunk_scan_combined", "mamba-ssm",
+                  "2.0.0", "the Mamba-2 SSD kernels")
 
 
 def ssd_backend(x: torch.Tensor) -> str:
     """Which implementation ``ssd_scan`` runs for an input like ``x``."""
-    # The Triton kernels have no float64 path; float64 is for checking anyway.
-    if mamba_chunk_scan_combined is not None and x.is_cuda and x.dtype != torch.float64:
-        return "mamba_ssm"
-    return "torch_chunked"
+    return "mamba_ssm_ssd" if SSD_SCAN.usable(x) else "torch_chunked"
 
 
 def ssd_scan(x, dt, A, B, C, chunk_size=64, D=None, z=None, dt_bias=None, dt_softplus=False,
@@ -38,8 +37,8 @@ def ssd_scan(x, dt, A, B, C, chunk_size=64, D=None, z=None, dt_bias=None, dt_sof
     D: (h,) or (h, p); z: (b, L, h, p); dt_bias: (h,); initial_states: (b, h, p, n).
     Returns y (b, L, h, p) in x's dtype, and with ``return_final_states`` also the
     state after the last step (b, h, p, n), float32 (float64 for float64 inputs)."""
-    if ssd_backend(x) == "mamba_ssm":
-        return mamba_chunk_scan_combined(
+    if ssd_backend(x) == "mamba_ssm_ssd":
+        return SSD_SCAN(
             x, dt, A, B, C, chunk_size, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus,
             initial_states=initial_states, return_final_states=return_final_states)
     return ssd_scan_chunked(x, dt, A, B, C, chunk_size, D, z, dt_bias, dt_softplus,
