@@ -1,0 +1,155 @@
+"""Every CUDA branch of the zoo, taken on CPU, through the real packages.
+
+Each test lets one kernel run on CPU tensors (``Kernel.devices`` gains "cpu"), so the
+mixer's own dispatch picks its CUDA branch and makes exactly the call it makes on a GPU,
+from its own weights (moved off their init), at odd shapes. The call reaches the real
+mamba-ssm / flash-linear-attention code: their Triton kernels under Triton's interpreter,
+or, where the kernel is compiled CUDA, the package's own Python reference of the same
+signature (tests/kernel_standins.py stands in for the compiled modules so that the
+packages import). Output and every gradient are compared with the mixer's torch path
+on the same weights (``torch_only()``). A spy counts the kernel's calls and the recorded
+``backend`` must name the branch, so deleting a CUDA branch's call fails a test here.
+fp32 throughout: the interpreter's bf16 arithmetic is wrong (the GPU check covers bf16).
+"""
+import warnings
+
+import pytest
+import torch
+
+import kernel_standins
+import zoo
+from zoo.mixers.mamba import MAMBA_INNER
+from zoo.mixers.mamba2 import MAMBA2_FUSED
+from zoo.ops.fastpath import torch_only
+from zoo.ops.rwkv6 import CHUNK_RWKV6
+from zoo.ops.selective_scan import SELECTIVE_SCAN
+from zoo.ops.ssd import SSD_SCAN
+
+WHY = kernel_standins.available()
+pytestmark = pytest.mark.skipif(WHY is not None, reason=f"real kernel packages: {WHY}")
+
+
+@pytest.fixture(scope="module")
+def pkgs():
+    return kernel_standins.install()
+
+
+@pytest.fixture
+def route(monkeypatch, pkgs):
+    """route(kernel, fn=None): resolve the kernel against the installed package (its
+    guard must pass), let it run on CPU, and count its calls; ``fn`` replaces a compiled
+    kernel by its package's Python reference. Returns the list of calls."""
+    def _route(kernel, fn=None):
+        kernel.resolve()
+        assert kernel.why_not is None, kernel.why_not
+        calls, target = [], fn or kernel.fn
+
+        def spy(*args, **kwargs):
+            calls.append(1)
+            return target(*args, **kwargs)
+
+        monkeypatch.setattr(kernel, "fn", spy)
+        monkeypatch.setattr(kernel, "devices", ("cuda", "cpu"))
+        return calls
+    return _route
+
+
+def off(monkeypatch, kernel):
+    """The kernel unusable, as on an install that lacks it (it warns once)."""
+    monkeypatch.setattr(kernel, "fn", None)
+    monkeypatch.setattr(kernel, "devices", ("cuda", "cpu"))
+
+
+def compare(name, options, backend, d_model, B=2, L=37, rtol=2e-4, atol=2e-5):
+    """The mixer's dispatched path against its torch path: output, dL/dx, every dL/dW."""
+    torch.manual_seed(0)
+    fast = zoo.build_mixer(name, d_model, **options)
+    with torch.no_grad():
+        for p in fast.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    ref = zoo.build_mixer(name, d_model, **options)
+    ref.load_state_dict(fast.state_dict())
+    x = torch.randn(B, L, d_model, requires_grad=True)
+    dy = torch.randn(B, L, d_model)
+
+    def run(m):
+        y = m(x)
+        return [y, *torch.autograd.grad(y, [x, *m.parameters()], dy)]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the one fallback warning
+        got = run(fast)
+    with torch_only():
+        want = run(ref)
+    assert fast.backend == backend, fast.backend
+    assert ref.backend == "torch_chunked"
+    names = ["out", "x", *(n for n, _ in fast.named_parameters())]
+    for n, a, b in zip(names, got, want):
+        torch.testing.assert_close(a, b, rtol=rtol, atol=atol * b.abs().max().item(),
+                                   msg=lambda m: f"{name} {n}: {m}")
+
+
+def test_mamba_fused_through_mamba_inner_ref(route, pkgs):
+    calls = route(MAMBA_INNER, pkgs.mamba_inner_ref)
+    compare("mamba", {"d_state": 5, "chunk_size": 16}, "mamba_ssm_fused", d_model=24)
+    assert calls
+
+
+def test_mamba_scan_through_selective_scan_ref(route, pkgs, monkeypatch):
+    off(monkeypatch, MAMBA_INNER)
+    calls = route(SELECTIVE_SCAN, pkgs.selective_scan_ref)
+    compare("mamba", {"d_state": 5, "chunk_size": 16}, "mamba_ssm_scan", d_model=24)
+    assert calls
+
+
+@pytest.mark.parametrize("ngroups", [1, 2])
+def test_mamba2_fused_block_through_its_triton_kernels(route, ngroups):
+    calls = route(MAMBA2_FUSED)
+    compare("mamba2", {"d_state": 8, "headdim": 16, "ngroups": ngroups, "chunk_size": 16},
+            "mamba_ssm_fused", d_model=32)
+    assert calls
+
+
+def test_mamba2_scan_only_through_its_triton_kernels(route, monkeypatch):
+    off(monkeypatch, MAMBA2_FUSED)
+    calls = route(SSD_SCAN)
+    compare("mamba2", {"d_state": 8, "headdim": 16, "chunk_size": 16}, "mamba_ssm_ssd",
+            d_model=32)
+    assert calls
+
+
+@pytest.mark.parametrize("name,options", [("rwkv6", {"head_size": 16}), ("retnet", {"n_heads": 2})])
+def test_rwkv6_and_retnet_through_fla_chunk_rwkv6(route, name, options):
+    calls = route(CHUNK_RWKV6)
+    compare(name, options, "fla", d_model=32)
+    assert calls
+
+
+def test_causal_conv1d_without_its_cpp_functions_falls_back(monkeypatch, pkgs):
+    """A causal-conv1d that mamba_ssm imports without the C++ functions its fused blocks
+    call (the 1.4-style install): the guards refuse both fused kernels, the mixers warn
+    once, name the package, and run a path that works instead of crashing mid-run."""
+    import mamba_ssm.ops.selective_scan_interface as ssi
+    import mamba_ssm.ops.triton.ssd_combined as ssd
+
+    for mod in (ssi, ssd):
+        for name in ("causal_conv1d_fwd_function", "causal_conv1d_bwd_function"):
+            monkeypatch.setattr(mod, name, None)
+        monkeypatch.setattr(mod, "causal_conv1d_cuda", None, raising=False)
+    for kernel in (MAMBA_INNER, MAMBA2_FUSED, SSD_SCAN, SELECTIVE_SCAN):
+        monkeypatch.setattr(kernel, "devices", ("cuda", "cpu"))
+        kernel.resolve()
+    assert "causal_conv1d_fwd_function" in MAMBA_INNER.why_not
+    assert "mamba-ssm" in MAMBA2_FUSED.why_not and SSD_SCAN.why_not is None
+    x = torch.randn(1, 9, 32)
+    with pytest.warns(RuntimeWarning, match="mamba_split_conv1d_scan_combined cannot run"):
+        m2 = zoo.build_mixer("mamba2", 32, d_state=8, headdim=16)
+        m2(x)
+    assert m2.backend == "mamba_ssm_ssd"  # the scan kernel needs no conv: still taken
+    monkeypatch.setattr(SELECTIVE_SCAN, "fn", pkgs.selective_scan_ref)
+    with pytest.warns(RuntimeWarning, match="mamba_inner_fn cannot run.*mamba-ssm 2"):
+        m1 = zoo.build_mixer("mamba", 32)
+        m1(x)
+    assert m1.backend == "mamba_ssm_scan"
+    for kernel in (MAMBA_INNER, MAMBA2_FUSED, SSD_SCAN, SELECTIVE_SCAN):
+        kernel.resolve()  # leave them as the installed packages make them
