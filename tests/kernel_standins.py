@@ -32,9 +32,8 @@ What stands in the way, and what ``install()`` does about it, process-wide:
    We extend the interpreter's source rewrite to make it a tensor (see
    ``_loop_indices_as_tensors``). Its int32 overflow checks (a debug aid compiled
    kernels leave out) are turned off: they took over half its time.
-5. mamba_ssm 2.3's ``mamba_inner_ref`` and ``ssd_selective_scan`` (and so
-   ``mamba_split_conv1d_scan_ref``) are PyTorch but scan with the CUDA
-   ``selective_scan_fn``; the namespace's versions scan with ``selective_scan_ref``.
+5. mamba_ssm 2.3's ``mamba_inner_ref`` is PyTorch but scans with the CUDA
+   ``selective_scan_fn``; the namespace's version scans with ``selective_scan_ref``.
 
 On a machine with CUDA and a full build, nothing is stubbed or pinned and the namespace
 holds the real kernels. Known interpreter limits: bf16 arithmetic is wrong (use fp32 or
@@ -507,26 +506,20 @@ _KERNEL_MODULES = (
     "mamba_ssm.ops.selective_scan_interface",
     "mamba_ssm.ops.triton.ssd_combined",
     "mamba_ssm.ops.triton.layernorm_gated",
-    "mamba_ssm.modules.ssd_minimal",
     "fla.ops.rwkv6",
-    "fla.ops.rwkv6.recurrent_naive",
 )
 
 
 def install() -> types.SimpleNamespace:
     """Make the real packages' references and Triton kernels callable here (idempotent).
 
-    Returns a namespace: mamba_inner_ref, selective_scan_ref, mamba_chunk_scan_combined,
-    mamba_split_conv1d_scan_combined (+ _ref, see the module docstring), mamba_conv1d_scan_ref,
-    ssd_chunk_scan_combined_ref (seqlen a multiple of chunk_size), ssd_selective_scan,
-    ssd_minimal_discrete, rmsnorm_fn (mamba_ssm's gated RMSNorm, Triton),
-    chunk_rwkv6, fused_recurrent_rwkv6, naive_recurrent_rwkv6 (head-first layout!),
-    causal_conv1d_fn, causal_conv1d_ref, causal_conv1d_fwd_function,
-    causal_conv1d_bwd_function; versions (pip name -> version or None), stand_ins (the
-    compiled modules faked), mamba_ssm_import ("package", or "submodules only (...)" where
-    mamba_ssm/__init__ cannot import), conv_source (where causal_conv1d_fn/_ref come
-    from), interpret (Triton interpreter on), pinned
-    (autotuner -> the one config kept; empty with CUDA).
+    Returns a namespace: mamba_inner_ref, selective_scan_ref (the references of the
+    compiled kernels), mamba_chunk_scan_combined, mamba_split_conv1d_scan_combined,
+    chunk_rwkv6 (Triton), causal_conv1d_fn, causal_conv1d_ref; versions (pip name ->
+    version or None), stand_ins (the compiled modules faked), mamba_ssm_import
+    ("package", or "submodules only (...)" where mamba_ssm/__init__ cannot import),
+    conv_source (where causal_conv1d_fn/_ref come from), interpret (Triton interpreter on),
+    pinned (autotuner -> the one config kept; empty with CUDA).
     """
     global _STATE
     if _STATE is not None:
@@ -569,23 +562,10 @@ def install() -> types.SimpleNamespace:
         selective_scan_ref=ssi.selective_scan_ref,
         mamba_chunk_scan_combined=ssd.mamba_chunk_scan_combined,
         mamba_split_conv1d_scan_combined=ssd.mamba_split_conv1d_scan_combined,
-        mamba_split_conv1d_scan_ref=_on_reference_scan(ssi, ssd.mamba_split_conv1d_scan_ref),
-        mamba_conv1d_scan_ref=_on_reference_scan(ssi, ssd.mamba_conv1d_scan_ref),
-        ssd_chunk_scan_combined_ref=ssd.ssd_chunk_scan_combined_ref,
-        ssd_selective_scan=_on_reference_scan(ssi, ssd.ssd_selective_scan),
-        ssd_minimal_discrete=mods["mamba_ssm.modules.ssd_minimal"].ssd_minimal_discrete,
-        rmsnorm_fn=mods["mamba_ssm.ops.triton.layernorm_gated"].rmsnorm_fn,
         chunk_rwkv6=rwkv6.chunk_rwkv6,
-        fused_recurrent_rwkv6=rwkv6.fused_recurrent_rwkv6,
-        naive_recurrent_rwkv6=mods["fla.ops.rwkv6.recurrent_naive"].naive_recurrent_rwkv6,
         causal_conv1d_fn=conv_fn,
         causal_conv1d_ref=conv_ref,
-        causal_conv1d_fwd_function=ssd.causal_conv1d_fwd_function,
-        causal_conv1d_bwd_function=ssd.causal_conv1d_bwd_function,
         versions=versions,
-        mamba_ssm_version=versions["mamba-ssm"],
-        fla_version=versions["flash-linear-attention"],
-        causal_conv1d_version=versions["causal-conv1d"],
         stand_ins=stand_ins,
         mamba_ssm_import=mamba_ssm_import,
         conv_source=conv_source,

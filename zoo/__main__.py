@@ -1,5 +1,6 @@
 """``python -m zoo [--d-model 256] [--seq-len 2048]``: the mixer table of the README,
-computed from the code (parameters per mixer, state per sequence, fast path)."""
+computed from the code (parameters per mixer, state per sequence, fast path), then
+which fast-path kernels can run on this machine and why not."""
 from __future__ import annotations
 
 import argparse
@@ -7,6 +8,7 @@ import argparse
 import torch
 
 from . import MIXERS
+from .ops import status
 
 
 def mixer_table(d_model: int, seq_len: int) -> list[dict]:
@@ -26,12 +28,17 @@ def main(argv=None) -> None:
     ap.add_argument("--d-model", type=int, default=256)
     ap.add_argument("--seq-len", type=int, default=2048)
     args = ap.parse_args(argv)
-    rows = mixer_table(args.d_model, args.seq_len)
+    print_table(mixer_table(args.d_model, args.seq_len))
+    print()
+    print_table(status())
+
+
+def print_table(rows: list[dict]) -> None:
     cols = list(rows[0])
     print(f"| {' | '.join(cols)} |")
     print("|" + "---|" * len(cols))
     for r in rows:
-        print("| " + " | ".join(f"{r[c]:,}" if isinstance(r[c], int) else str(r[c]) for c in cols) + " |")
+        print("| " + " | ".join(f"{r[c]:,}" if type(r[c]) is int else str(r[c]) for c in cols) + " |")
 
 
 if __name__ == "__main__":
