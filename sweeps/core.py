@@ -20,6 +20,7 @@ from typing import Any
 
 import zoo
 import tasks
+from zoo.config import InvalidConfig, collecting
 
 SWEEPS_DIR = Path(__file__).resolve().parent
 
@@ -42,12 +43,17 @@ def canonical(obj: Any) -> Any:
 
 def identity(config: Any) -> Any:
     """What a run id hashes: the canonical config, minus where files live on this
-    machine. A cache folder never changes a result; a data folder only matters as
-    "local copy" against "the hub" (an offline SNLI run trains on a different split)."""
+    machine and how often a run checkpoints and reports. A cache folder never changes a
+    result; a data folder only matters as "local copy" against "the hub" (an offline SNLI
+    run trains on a different split). ``checkpoint_every`` hashes as its default 0, so the
+    ids of runs made before it stopped counting (with the default) stay the same."""
     if isinstance(config, dict):
         out = {}
         for key, value in config.items():
-            if key == "cache_dir":
+            if key in ("cache_dir", "checkpoint_minutes", "log_every_s"):
+                continue
+            if key == "checkpoint_every":
+                out[key] = 0
                 continue
             out[key] = ("local" if value is not None else None) if key == "data_dir" else identity(value)
         return out
@@ -80,6 +86,8 @@ class RunConfig:
             raise ValueError(f"task={self.task!r} is not valid; choose one of {sorted(tasks.TASKS)}")
         cls, _ = tasks.TASKS[self.task]
         cfg = self.config
+        if isinstance(cfg, InvalidConfig):  # built under collecting(): its error is this run's
+            raise ValueError(cfg.error)
         if isinstance(cfg, dict):
             cfg = cls.from_dict(cfg)
         elif not isinstance(cfg, cls):
@@ -137,8 +145,11 @@ def load_sweep(sweep: str | Path) -> Sweep:
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses defined in the file need their module
     try:
-        spec.loader.exec_module(module)
-    except Exception as exc:  # typed configs are built at import: report as a bad config
+        # typed configs are built at import: under collecting() a bad one becomes an
+        # InvalidConfig that validate() reports with its index and label, beside the others
+        with collecting():
+            spec.loader.exec_module(module)
+    except Exception as exc:  # e.g. an invalid config's field used to build the next: report it
         raise SweepError(f"sweep {path.name}: building its configs failed: {type(exc).__name__}: {exc}") from exc
     configs = getattr(module, "configs", None)
     if not isinstance(configs, (list, tuple)) or not configs:

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 import zoo
-from zoo.config import StrictConfig
+from zoo.config import StrictConfig, check_bounds
 from zoo.model import ModelConfig
 
 from .common import environment, lm_loss, model_metadata
@@ -65,11 +65,8 @@ class MQARConfig(StrictConfig):
         if self.model.positions == "learned" and self.model.max_len < self.seq_len:
             raise ValueError(f"MQARConfig: model.max_len={self.model.max_len} is shorter than "
                              f"seq_len={self.seq_len}")
-        for name in ("num_train_examples", "num_test_examples", "eval_batch_size"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"MQARConfig: {name} must be positive, got {getattr(self, name)}")
-        if not self.power_a > 0:
-            raise ValueError(f"MQARConfig: power_a must be positive, got {self.power_a}")
+        check_bounds(self, "seed", ge=0)  # numpy's SeedSequence takes no negative seed
+        check_bounds(self, "num_train_examples", "num_test_examples", "eval_batch_size", "power_a", gt=0)
 
     def data_key(self, split: str) -> dict:
         """Everything the generated data depends on (and nothing else)."""
@@ -158,6 +155,7 @@ def run(cfg: MQARConfig, workdir: Path | None = None, progress: bool = True) -> 
     res = train(model, cfg.train, batch_fn, lm_loss,
                 eval_fn=lambda m: evaluate(m, test_x, test_y, cfg.eval_batch_size),
                 metric="accuracy", higher_is_better=True, checkpoint=ckpt, progress=progress,
+                tokens_per_step=cfg.train.batch_size * cfg.seq_len,
                 desc=f"mqar {cfg.model.mixer} L={cfg.seq_len} kv={cfg.num_kv_pairs}")
     last = res.history[-1] if res.history else {}
     device = cfg.train.resolve_device()

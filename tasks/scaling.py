@@ -26,7 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import zoo
-from zoo.config import StrictConfig, check_choice
+from zoo.config import StrictConfig, check_bounds, check_choice
 
 from .common import environment
 from .flops import flops
@@ -66,9 +66,9 @@ class ScalingConfig(StrictConfig):
         check_choice(own, "dtype", self.dtype, ("auto", "float32", "bfloat16", "float16"))
         for p in self.passes:
             check_choice(own, "passes", p, PASSES)
-        for name in ("d_model", "min_len", "tokens", "repeats", "n_layers", "vocab_size"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{own}: {name} must be positive, got {getattr(self, name)}")
+        check_bounds(self, "d_model", "min_len", "tokens", "repeats", "n_layers", "vocab_size", "time_limit_s",
+                     "mem_cap_mb", gt=0)
+        check_bounds(self, "seed", "warmup", ge=0)
         if self.max_len is not None and self.max_len < self.min_len:
             raise ValueError(f"{own}: max_len={self.max_len} < min_len={self.min_len}")
         with torch.device("meta"):  # refuse bad options now, not in a child process later

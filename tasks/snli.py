@@ -30,7 +30,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import zoo
-from zoo.config import StrictConfig, check_choice
+from zoo.config import StrictConfig, check_bounds, check_choice
 
 from .common import add_run_arguments, environment, model_metadata, run_from_cli
 from .data import (SPECIALS, cache_root, cached, fingerprint, make_tokenizer, need,
@@ -69,6 +69,9 @@ class SNLIConfig(StrictConfig):
         check_choice(own, "tokenizer", self.tokenizer, ("word", "wordpiece", "bert-base-uncased"))
         check_choice(own, "pool", self.pool, ("last", "mean"))
         check_choice(own, "backbone", self.backbone, ("distilbert-base-uncased", "random"))
+        check_bounds(self, "seed", ge=0)
+        check_bounds(self, "wordpiece_vocab", "max_len", "epochs", "budget_examples", "eval_every_examples",
+                     "eval_examples", gt=0)  # None (unset optional fields) passes
         if self.setting == "distilbert" and self.backbone != "random" and self.tokenizer != "bert-base-uncased":
             raise ValueError(f"{own}: the pretrained {self.backbone} reads bert-base-uncased ids; "
                              f"set tokenizer='bert-base-uncased' (or backbone='random')")

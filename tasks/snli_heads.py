@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from zoo.config import StrictConfig, check_choice
+from zoo.config import StrictConfig, check_bounds, check_choice
 from zoo.mixers.grassmann import plucker
 
 
@@ -37,6 +37,8 @@ class HeadConfig(StrictConfig):
 
     def __post_init__(self):
         check_choice("HeadConfig", "kind", self.kind, ("grassmann", "transformer"))
+        check_bounds(self, "d_model", "n_layers", "n_heads", "d_ff", "d_proj", "eps", gt=0)  # n_heads divides below
+        check_bounds(self, "dropout", ge=0, lt=1)
         if self.d_model % self.n_heads:
             raise ValueError(f"HeadConfig: d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if self.d_proj % self.n_heads or self.d_proj // self.n_heads < 2:

@@ -1,8 +1,9 @@
 """The one training loop every task uses.
 
 AdamW, linear warm-up then cosine decay, gradient clipping, bf16 autocast on CUDA,
-evaluation every N steps with early stop at a target, a tqdm bar, checkpoints every
-N steps and on SIGTERM/SIGUSR1, and resume from the checkpoint. Batches are a pure
+evaluation every N steps with early stop at a target, a tqdm bar (plain log lines and a
+``progress.json`` heartbeat, see tasks.progress), checkpoints every few minutes (and/or
+every N steps) and on SIGTERM/SIGUSR1, and resume from the checkpoint. Batches are a pure
 function of the step (``batch_fn(step)``), so a resumed run sees exactly the batches
 an uninterrupted one would and ends with the same loss.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -21,7 +23,9 @@ import torch
 import torch.nn as nn
 from tqdm.auto import tqdm
 
-from zoo.config import StrictConfig, check_choice
+from zoo.config import StrictConfig, check_bounds, check_choice
+
+from .progress import PROGRESS_FILE, Heartbeat
 
 
 @dataclass
@@ -35,18 +39,23 @@ class TrainConfig(StrictConfig):
     min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
     grad_clip: float = 1.0  # 0 disables clipping
     eval_every: int = 100
-    checkpoint_every: int = 0  # 0: only on signals
+    checkpoint_every: int = 0  # steps; 0: off
+    checkpoint_minutes: float = 5.0  # minutes of training between checkpoints; 0: off (signals always save)
+    log_every_s: float = 30.0  # seconds between progress.json beats and log lines
     target: float | None = None  # stop once the eval metric reaches it
     device: str = "auto"  # "auto" (cuda when available), "cpu", "cuda"
     amp: bool = True  # bf16 autocast on CUDA; ignored on CPU
 
     def __post_init__(self):
         check_choice("TrainConfig", "device", self.device, ("auto", "cpu", "cuda"))
-        for name in ("steps", "batch_size", "eval_every"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"TrainConfig: {name} must be positive, got {getattr(self, name)}")
-        if self.lr <= 0:
-            raise ValueError(f"TrainConfig: lr must be positive, got {self.lr}")
+        # types (and a finite lr) are checked from the hints before this runs
+        check_bounds(self, "steps", "batch_size", "eval_every", "lr", gt=0)
+        check_bounds(self, "warmup_steps", "checkpoint_every", "weight_decay", "grad_clip", ge=0)
+        check_bounds(self, "min_lr_ratio", ge=0, le=1)
+        if len(self.betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in self.betas):
+            raise ValueError(f"TrainConfig: betas={self.betas!r} must be two numbers in [0, 1)")
+        check_bounds(self, "checkpoint_minutes", ge=0)  # finite: its float hint
+        check_bounds(self, "log_every_s", gt=0)
 
     def resolve_device(self) -> torch.device:
         if self.device == "auto":
@@ -123,9 +132,11 @@ def train(model: nn.Module, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
           loss_fn: Callable[[nn.Module, tuple], torch.Tensor],
           eval_fn: Callable[[nn.Module], dict] | None = None, metric: str = "loss",
           higher_is_better: bool = False, checkpoint: str | Path | None = None,
-          progress: bool = True, desc: str = "train") -> TrainResult:
+          progress: bool = True, desc: str = "train", tokens_per_step: int | None = None) -> TrainResult:
     """Train ``model`` in place. ``batch_fn(step)`` gives the step's batch (tensors),
-    ``loss_fn(model, batch)`` its loss, ``eval_fn(model)`` a dict holding ``metric``."""
+    ``loss_fn(model, batch)`` its loss, ``eval_fn(model)`` a dict holding ``metric``.
+    Progress goes to ``progress.json`` beside the checkpoint and, when the bar is off or
+    stderr is no terminal, to stdout as plain lines (tokens/s when ``tokens_per_step`` is known)."""
     device = cfg.resolve_device()
     model.to(device)
     opt = _optimizer(model, cfg)
@@ -165,7 +176,10 @@ def train(model: nn.Module, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
     start = time.perf_counter() - res.wall_time
     model.train()
     bar = tqdm(total=cfg.steps, initial=res.steps, desc=desc, disable=not progress, leave=False)
-    with _SignalFlag() as flag:
+    beats = Heartbeat(res, cfg.steps, ckpt.with_name(PROGRESS_FILE) if ckpt else None, cfg.log_every_s,
+                      tokens_per_step, metric, lines=not progress or not sys.stderr.isatty())
+    last_save = time.monotonic()
+    with _SignalFlag() as flag, beats:
         while res.steps < cfg.steps and not res.stopped_early:
             step = res.steps
             for group in opt.param_groups:
@@ -189,14 +203,20 @@ def train(model: nn.Module, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
                 if res.best is not None:
                     bar.set_postfix(loss=f"{res.final_loss:.4f}", best=f"{res.best:.4g}")
             res.wall_time = time.perf_counter() - start
-            periodic = cfg.checkpoint_every and res.steps % cfg.checkpoint_every == 0
+            periodic = ((cfg.checkpoint_every and res.steps % cfg.checkpoint_every == 0)
+                        or (cfg.checkpoint_minutes and time.monotonic() - last_save >= 60 * cfg.checkpoint_minutes))
             if ckpt is not None and (periodic or flag.caught):
                 _save(ckpt, snapshot())
+                last_save = time.monotonic()
+            if beats.due():
+                beats.beat()
             if flag.caught:
                 res.status = "interrupted"  # stays so only if the signal is ignored
+                beats.finish("interrupted")
                 bar.close()
                 flag.forward_signal()  # usually does not return
                 break
     bar.close()
     res.wall_time = time.perf_counter() - start
+    beats.finish({"ok": "done"}.get(res.status, res.status))
     return res

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 import zoo
-from zoo.config import StrictConfig, check_choice
+from zoo.config import StrictConfig, check_bounds, check_choice
 
 from .common import add_run_arguments, environment, lm_loss, model_metadata, run_from_cli
 from .data import load_wikitext2, published_rows, unigram_perplexity
@@ -92,10 +92,9 @@ class WikiText2Config(StrictConfig):
             raise ValueError("WikiText2Config: tokenizer='word' needs variant='tokens'")
         if self.model.max_len < self.seq_len:
             raise ValueError(f"WikiText2Config: model.max_len={self.model.max_len} < seq_len={self.seq_len}")
-        for name in ("budget_tokens", "eval_every_tokens", "eval_tokens"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise ValueError(f"WikiText2Config: {name} must be positive or None, got {value}")
+        check_bounds(self, "seed", ge=0)
+        check_bounds(self, "wordpiece_vocab", "seq_len", "epochs", "budget_tokens", "eval_every_tokens", "eval_tokens",
+                     gt=0)  # None (unset optional fields) passes
 
 
 def preset_config(preset: str = "paper-6L", mixer: str = "attention", **fields) -> WikiText2Config:
@@ -192,7 +191,7 @@ def run(cfg: WikiText2Config, workdir: Path | None = None, progress: bool = True
     result = train(model, tcfg, train_batches(train_chunks, B, cfg.seed),
                    loss_fn=lm_loss,
                    eval_fn=lambda m: {"val_ppl": perplexity(m, valid, B)}, metric="val_ppl",
-                   checkpoint=ckpt, progress=progress,
+                   checkpoint=ckpt, progress=progress, tokens_per_step=tokens_per_step,
                    desc=f"wikitext2 {mcfg.mixer}")
     device = tcfg.resolve_device()
     test_ppl = None

@@ -1,21 +1,42 @@
-"""Typed configs that refuse unknown keys.
+"""Typed configs that refuse unknown keys, wrong types and out-of-range values.
 
 zoology's configs accept anything, so a typo in a sweep ("d_modle") silently runs
 the default. Every linbench config derives from ``StrictConfig``: construction with
 an unknown field, from keywords or from a dict, raises a ValueError that names the
-bad field and lists the valid ones. Nested configs are rebuilt from dicts.
+bad field and lists the valid ones. Each given value is checked against its field's
+type hint before the dataclass runs (``steps="300"`` names ``steps`` instead of failing
+in a comparison), and each config's ``__post_init__`` states its ranges with
+``check_bounds``. Nested configs are rebuilt from dicts.
+
+A sweep file builds its configs at import, so the first bad one would hide the rest:
+under ``collecting()`` a config that cannot be built is returned as an ``InvalidConfig``
+carrying the error, and the sweep loader reports every one of them at once.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
+import math
+import types
 import typing
 
 
 class _StrictMeta(type):
     def __call__(cls, *args, **kwargs):
-        if dataclasses.is_dataclass(cls):
+        if not dataclasses.is_dataclass(cls):
+            return super().__call__(*args, **kwargs)
+
+        def build():
             _reject_unknown(cls, kwargs)
-        return super().__call__(*args, **kwargs)
+            names = [f.name for f in dataclasses.fields(cls) if f.init]
+            # positional values are checked by the name they bind to; extra ones are
+            # left for the dataclass to refuse
+            checked_args = [_checked(cls, name, value) for name, value in zip(names, args)] + list(args[len(names):])
+            checked_kwargs = {name: _checked(cls, name, value) for name, value in kwargs.items()}
+            return type.__call__(cls, *checked_args, **checked_kwargs)
+
+        return _guarded(cls, build)
 
 
 def _reject_unknown(cls, keys) -> None:
@@ -30,30 +51,162 @@ class StrictConfig(metaclass=_StrictMeta):
 
     @classmethod
     def from_dict(cls, data: dict):
-        _reject_unknown(cls, data)
-        hints = typing.get_type_hints(cls)
-        kwargs = {}
-        for key, value in data.items():
-            sub = _strict_type(hints.get(key))
-            kwargs[key] = sub.from_dict(value) if sub and isinstance(value, dict) else value
-        return cls(**kwargs)
+        # construction itself rebuilds nested configs from dicts and checks every value
+        return cls(**data)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     def replace(self, **changes):
-        _reject_unknown(type(self), changes)
-        return dataclasses.replace(self, **changes)
+        def build():
+            _reject_unknown(type(self), changes)
+            return dataclasses.replace(self, **changes)  # constructs anew: every check runs
+
+        return _guarded(type(self), build)
 
 
-def _strict_type(hint):
-    """The StrictConfig class inside a hint such as ``ModelConfig`` or ``ModelConfig | None``."""
-    for cand in (hint, *typing.get_args(hint)):
-        if isinstance(cand, type) and issubclass(cand, StrictConfig):
-            return cand
-    return None
+# --- collecting every error of a sweep file --------------------------------------
 
+_collecting: contextvars.ContextVar[bool] = contextvars.ContextVar("linbench_collecting", default=False)
+
+
+@contextlib.contextmanager
+def collecting(enabled: bool = True):
+    """Inside, building an invalid StrictConfig returns an ``InvalidConfig`` instead of
+    raising, so that loading a sweep file can report all its bad configs, not the first.
+    ``collecting(False)`` restores raising, for code that catches the error itself."""
+    token = _collecting.set(enabled)
+    try:
+        yield
+    finally:
+        _collecting.reset(token)
+
+
+class InvalidConfigError(ValueError):
+    """An ``InvalidConfig`` was used as if it were a config."""
+
+
+class InvalidConfig:
+    """Stands in for a config that could not be built under ``collecting()``. ``error``
+    is what construction would have raised, e.g. ``TrainConfig: warmup_steps=-10 must
+    be >= 0``. A config given it as a nested field is invalid in turn; using any of its
+    fields raises InvalidConfigError, since there are none."""
+
+    def __init__(self, cls: type, reason: str):
+        self.cls = cls
+        self.reason = reason  # the error without the leading "ClassName: "
+
+    @property
+    def error(self) -> str:
+        return f"{self.cls.__name__}: {self.reason}"
+
+    def replace(self, **changes):
+        return self  # a variant of an invalid config is as invalid (e.g. one per seed)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):  # copy, pickle and friends probe dunders: say "none"
+            raise AttributeError(name)
+        raise InvalidConfigError(f"{name!r} of an invalid config: {self.error}")
+
+    def __repr__(self) -> str:
+        return f"InvalidConfig({self.error!r})"
+
+
+def _reason(cls: type, exc: Exception) -> str:
+    """The message of ``exc`` without the ``ClassName: `` our errors start with."""
+    text = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+    prefix = f"{cls.__name__}: "
+    return text[len(prefix):] if text.startswith(prefix) else text
+
+
+def _guarded(cls: type, build):
+    if not _collecting.get():
+        return build()
+    try:
+        return build()
+    except Exception as exc:  # any failure to build is this config's error, reported later
+        return InvalidConfig(cls, _reason(cls, exc))
+
+
+# --- type checks from the hints ----------------------------------------------------
+
+_HINTS: dict[type, dict] = {}
+
+
+def _hints(cls) -> dict:
+    if cls not in _HINTS:  # resolving string annotations is slow; configs are built often
+        try:
+            _HINTS[cls] = typing.get_type_hints(cls)
+        except Exception:  # a hint that does not resolve (e.g. a local class): no checks
+            _HINTS[cls] = {}
+    return _HINTS[cls]
+
+
+def _checked(cls, name: str, value):
+    """``value`` for field ``name`` of ``cls``, converted where the conversion is lossless
+    (a dict into a nested config, a list into a tuple: what a JSON record holds), or a
+    ValueError naming the field."""
+    hint = _hints(cls).get(name)
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        rest = [a for a in args if a is not type(None)]
+        if value is None and len(rest) < len(args):
+            return None
+        if len(rest) != 1:
+            return value  # a union of several types: not checked
+        hint = rest[0]
+    origin = typing.get_origin(hint) or hint  # tuple[int, ...] -> tuple
+    own = cls.__name__
+    if isinstance(origin, type) and issubclass(origin, StrictConfig):
+        if isinstance(value, dict):
+            try:
+                value = hint(**value)  # under collecting(): an InvalidConfig, handled below
+            except Exception as exc:
+                raise ValueError(f"{own}: {name}: {_reason(hint, exc)}") from exc
+        if isinstance(value, InvalidConfig):
+            raise ValueError(f"{own}: {name}: {value.reason}")
+        if not isinstance(value, hint):
+            raise ValueError(f"{own}: {name} must be a {hint.__name__} or a dict, got {type(value).__name__}")
+        return value
+    if origin is bool:
+        ok = isinstance(value, bool)
+    elif origin is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)  # True is an int to Python
+    elif origin is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if ok and not math.isfinite(value):
+            raise ValueError(f"{own}: {name}={value!r} must be finite")
+    elif origin is tuple:
+        if isinstance(value, list):
+            value = tuple(value)
+        ok = isinstance(value, tuple)
+    elif origin in (str, list, dict):
+        ok = isinstance(value, origin)
+    else:
+        return value  # Any, callables, other classes: not checked
+    if not ok:
+        kind = {int: "an int", float: "a float", bool: "a bool"}.get(origin, f"a {origin.__name__}")
+        raise ValueError(f"{own}: {name}={value!r} must be {kind}")
+    return value
+
+
+# --- value checks ------------------------------------------------------------------
 
 def check_choice(owner: str, field: str, value, choices) -> None:
     if value not in choices:
         raise ValueError(f"{owner}: {field}={value!r} is not valid; choose one of {list(choices)}")
+
+
+def check_bounds(config, *names: str, gt=None, ge=None, le=None, lt=None) -> None:
+    """Each named field of ``config`` must satisfy the bounds; None values (optional
+    fields left unset) pass. ``check_bounds(self, "warmup_steps", ge=0)`` raises
+    ``TrainConfig: warmup_steps=-10 must be >= 0``."""
+    tests = [(">", gt, lambda v, b: v > b), (">=", ge, lambda v, b: v >= b),
+             ("<=", le, lambda v, b: v <= b), ("<", lt, lambda v, b: v < b)]
+    for name in names:
+        value = getattr(config, name)
+        if value is None:
+            continue
+        for op, bound, holds in tests:
+            if bound is not None and not holds(value, bound):
+                raise ValueError(f"{type(config).__name__}: {name}={value!r} must be {op} {bound}")

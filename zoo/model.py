@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .config import StrictConfig, check_choice
+from .config import StrictConfig, check_bounds, check_choice
 from .mixers import MIXERS, build_mixer
 
 ACTIVATIONS = ("gelu", "relu", "swiglu")
@@ -46,12 +46,10 @@ class ModelConfig(StrictConfig):
         check_choice(own, "norm", self.norm, ("layernorm", "rmsnorm"))
         check_choice(own, "block", self.block, ("prenorm", "postnorm"))
         check_choice(own, "positions", self.positions, ("learned", "none"))
-        for name in ("vocab_size", "d_model", "n_layers", "max_len"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{own}: {name} must be a positive integer, got {value!r}")
-        if self.d_ff is not None and (not isinstance(self.d_ff, int) or self.d_ff < 0):
-            raise ValueError(f"{own}: d_ff must be None, 0 (no MLP) or positive, got {self.d_ff!r}")
+        # types are checked from the hints before this runs
+        check_bounds(self, "vocab_size", "d_model", "n_layers", "max_len", gt=0)
+        check_bounds(self, "d_ff", ge=0)  # None: the mixer's convention; 0: no MLP
+        check_bounds(self, "dropout", ge=0, lt=1)
         if self.layer_options and len(self.layer_options) != self.n_layers:
             raise ValueError(
                 f"{own}: layer_options has {len(self.layer_options)} entries for n_layers={self.n_layers}"

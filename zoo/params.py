@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .config import collecting
 from .model import LM, ModelConfig, build_model
 
 KNOBS = ("d_model", "d_ff", "n_layers")  # the order knob="auto" tries them in
@@ -63,7 +64,10 @@ def _search(template: ModelConfig, knob: str, base: ModelConfig, base_params: in
     def count(value: int) -> int | None:
         if value not in counts:
             try:
-                counts[value] = config_params(template.replace(**{knob: value}), include_embeddings)
+                # refused sizes are skipped by their ValueError: raise it even while a
+                # sweep file is loaded under collecting(), which would return a stand-in
+                with collecting(False):
+                    counts[value] = config_params(template.replace(**{knob: value}), include_embeddings)
             except ValueError:
                 counts[value] = None
         return counts[value]
