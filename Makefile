@@ -8,12 +8,14 @@ RESULTS ?= results
 PARALLEL ?= 2
 OUT     ?= gpu-check
 BIN     := $(VENV)/bin
-# The CUDA kernels' packages. KERNELS=python (for a machine without CUDA): their Python
-# parts only, pinned to the versions tests/kernel_standins.py knows, so that
+# The CUDA kernels' packages. KERNELS=python (the default without nvidia-smi): their
+# Python parts only, pinned to the versions tests/kernel_standins.py knows, so that
 # tests/test_fastpath_kernels.py runs every CUDA branch through the real code (fla's and
 # mamba_ssm's Triton kernels under TRITON_INTERPRET=1, their Python references where the
-# kernel is compiled CUDA). KERNELS=cuda: the cuda extra, built for the GPU. KERNELS=none.
-KERNELS ?= python
+# kernel is compiled CUDA). KERNELS=cuda (the default with nvidia-smi): the cuda extra,
+# built for the GPU (any CPU-only build of mamba-ssm / causal-conv1d is removed first).
+# KERNELS=none: neither.
+KERNELS ?= $(if $(shell command -v nvidia-smi),cuda,python)
 PY_KERNELS := flash-linear-attention==0.6.0 einops
 PY_KERNELS_NOCUDA := mamba-ssm==2.3.2.post1 causal-conv1d==1.7.0
 NOCUDA_BUILD := MAMBA_FORCE_BUILD=TRUE MAMBA_SKIP_CUDA_BUILD=TRUE \
@@ -25,12 +27,14 @@ venv: $(BIN)/.installed-$(KERNELS)
 
 $(BIN)/.installed-$(KERNELS): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	rm -f $(BIN)/.installed-*
 	$(BIN)/pip install -q "$(TORCH)"
 	$(BIN)/pip install -q -e ".[dev]"
 ifeq ($(KERNELS),python)
 	$(BIN)/pip install -q $(PY_KERNELS)
 	$(NOCUDA_BUILD) $(BIN)/pip install -q --no-deps --no-build-isolation $(PY_KERNELS_NOCUDA)
 else ifeq ($(KERNELS),cuda)
+	$(BIN)/pip uninstall -q -y mamba-ssm causal-conv1d
 	$(BIN)/pip install -q setuptools wheel packaging ninja
 	$(BIN)/pip install -q --no-build-isolation -e ".[dev,cuda]"
 endif
@@ -52,10 +56,10 @@ demo: venv
 
 # On a CUDA machine: every cuda-marked test, each fast path against its torch path in
 # bf16 (FlashAttention's rule) and the GPU benchmark, all under $(OUT)/, in about 8 min.
-# With no network there, point PY at a Python that already has torch and the kernels:
-#   make gpu-check VENV=/path/to/env KERNELS=none    (or: python -m tasks.gpu_check --out DIR)
+# It installs nothing: build the venv first (make venv TORCH="torch==<cuda build>"), or,
+# on a machine without network, run `python -m tasks.gpu_check --out DIR` with a Python
+# that has torch and the kernels (make gpu-check BIN=/path/to/env/bin).
 gpu-check:
-	$(MAKE) venv KERNELS=$(if $(filter python,$(KERNELS)),cuda,$(KERNELS))
 	$(BIN)/python -m tasks.gpu_check --out "$(OUT)"
 
 clean:

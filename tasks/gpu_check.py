@@ -106,12 +106,13 @@ def label(mixer: str, options: dict) -> str:
 def variants(kind: str, flash: bool = False) -> list[tuple[str, dict]]:
     """The (mixer, options) to check: every mixer with its defaults, then the fast paths
     that are options: for "parity" grassmann's fused kernels; for "bench" also its eager
-    and compiled impls and, where flash-attn imports, attention pinned to it."""
+    and compiled impls and, where flash-attn imports (so default attention takes it),
+    attention pinned to SDPA beside it."""
     extra = [("grassmann", {"impl": "fused"})]
     if kind == "bench":
         extra = [("grassmann", {"impl": "eager"}), ("grassmann", {"impl": "compiled"}), *extra]
         if flash:
-            extra.append(("attention", {"backend": "flash_attn"}))
+            extra.append(("attention", {"backend": "sdpa"}))
     defaults = [(name, {}) for name in zoo.MIXERS]
     return defaults + [(name, opts) for name, opts in extra if not _is_default(name, opts)]
 
@@ -339,7 +340,12 @@ def main(argv=None) -> int:
         summary.append(f"parity: {n_pass} pass, {n_fail} fail, "
                        + tally(parity.rows, ("no_fast_path", "error", "skipped"))
                        + (f"; failed or broken: {', '.join(bad)}" if bad else ""))
-        verdicts_failed |= bool(bad)
+        # On a GPU, an installed kernel that its mixer did not take is a failure too.
+        skipped = sorted({r["mixer"] for r in parity.rows if r["status"] == "no_fast_path"
+                          and device.type == "cuda" and "is not installed" not in r["why"]})
+        if skipped:
+            summary.append(f"installed but not taken: {', '.join(skipped)}")
+        verdicts_failed |= bool(bad) or bool(skipped)
         written.append(parity.path)
 
     if not args.skip_bench:

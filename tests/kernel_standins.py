@@ -102,7 +102,9 @@ def available() -> str | None:
             return f"{dist} is not installed (needed for {why})"
         if _vtuple(version) < _vtuple(min_version):
             return f"{dist} {version} is older than {min_version} (needed for {why})"
-    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+    if torch.cuda.is_available():  # the kernels run for real: make gpu-check's parity covers them
+        return "CUDA is available: the CPU route through stand-ins is for machines without a GPU"
+    if os.environ.get("TRITON_INTERPRET") != "1":
         return ("no CUDA and TRITON_INTERPRET is not 1: the Triton kernels cannot run "
                 "(set it before triton is first imported, as tests/conftest.py does)")
     return None

@@ -153,3 +153,16 @@ def test_causal_conv1d_without_its_cpp_functions_falls_back(monkeypatch, pkgs):
     assert m1.backend == "mamba_ssm_scan"
     for kernel in (MAMBA_INNER, MAMBA2_FUSED, SSD_SCAN, SELECTIVE_SCAN):
         kernel.resolve()  # leave them as the installed packages make them
+
+
+def test_fused_blocks_are_not_taken_for_shapes_their_kernels_reject(route, pkgs):
+    """mamba_ssm's fused Mamba-2 block asserts conv channels % 8 == 0 and causal-conv1d
+    takes widths 2-4: such mixers take the next path instead of raising mid-run."""
+    route(MAMBA2_FUSED)
+    route(MAMBA_INNER, pkgs.mamba_inner_ref)
+    m2 = zoo.build_mixer("mamba2", 32, d_state=5, headdim=16)  # conv channels 64 + 10
+    m2(torch.randn(1, 9, 32))
+    assert m2.conv_dim % 8 and m2.backend == "torch_chunked"
+    m1 = zoo.build_mixer("mamba", 24, d_conv=5)
+    m1(torch.randn(1, 9, 24))
+    assert m1.backend == "torch_chunked"

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import zoo
-from zoo.mixers.attention import FLASH_ATTN
+from zoo.mixers.attention import FLASH_ATTN, LOCAL_BLOCK, attention_ref, local_attention
 from zoo.ops import fastpath
 from zoo.ops.fastpath import FLOAT, HALF, Kernel, torch_only
 
@@ -65,6 +65,10 @@ def test_attention_decides_flash_on_a_cuda_bf16_setting(fake_flash):
     assert local.choose_backend("cuda", torch.float32) == "sdpa_local"  # never a dense L x L
     with torch_only():
         assert full.choose_backend("cuda", torch.bfloat16) == "sdpa"
+        pinned = zoo.build_mixer("attention", 32, backend="flash_attn")
+        assert pinned.choose_backend("cuda", torch.bfloat16) == "sdpa"  # torch_only wins
+    assert zoo.build_mixer("attention", 512, n_heads=1).choose_backend("cpu", torch.bfloat16) \
+        == "sdpa"  # head dim 512: flash-attn takes at most 256
 
 
 def test_attention_without_flash_attn_installed_decides_sdpa(monkeypatch):
@@ -123,6 +127,38 @@ def test_flash_attn_call_matches_documented_semantics(fake_flash, monkeypatch, m
     assert len(fake_flash) == 1
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("L,window", [(1, 16), (31, 16), (32, 16), (97, 16), (128, 3), (200, 40),
+                                      (70, 69), (70, 100)])
+def test_local_attention_is_the_reference(L, window):
+    """sdpa_local against the readable dense reference, forward and every gradient, in
+    float64: one block, whole blocks, a ragged last block, 3+ blocks, window >= L."""
+    q, k, v = (torch.randn(2, 3, L, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    dy = torch.randn(2, 3, L, 8, dtype=torch.float64)
+    got = local_attention(q, k, v, window)
+    want = attention_ref(q, k, v, window)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    for a, b in zip(torch.autograd.grad(got, (q, k, v), dy), torch.autograd.grad(want, (q, k, v), dy)):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_sliding_window_never_builds_an_L_by_L_mask(monkeypatch):
+    """Every attention problem the torch path of sliding_window hands to SDPA has at most
+    2 * max(window, LOCAL_BLOCK) keys, whatever L: its cost is linear in L."""
+    import torch.nn.functional as F
+    shapes, sdpa = [], F.scaled_dot_product_attention
+
+    def spy(q, k, v, attn_mask=None, **kw):
+        shapes.append((tuple(k.shape), None if attn_mask is None else tuple(attn_mask.shape)))
+        return sdpa(q, k, v, attn_mask=attn_mask, **kw)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    m = zoo.build_mixer("sliding_window", 32, n_heads=2, window=16)
+    m(torch.randn(1, 1000, 32))
+    assert m.backend == "sdpa_local" and shapes
+    keys = 2 * max(16, LOCAL_BLOCK)
+    assert all(k[-2] <= keys and (mask is None or mask[-1] <= keys) for k, mask in shapes), shapes
 
 
 # --- the guard: what the kernel calls, versions, one warning -------------------------
@@ -195,16 +231,26 @@ def test_version_tuple():
     assert fastpath.version_tuple("0.6.0rc1") == (0, 6, 0)
     assert fastpath.version_tuple("2.8.3+cu12torch2.5") == (2, 8, 3)
     assert fastpath.version_tuple("0.1.2") < fastpath.version_tuple("0.2.0")
+    assert fastpath.version_tuple("2.3") == (2, 3, 0)
 
 
-def test_every_mixer_kernel_is_registered_with_a_lower_bound():
+def test_every_kernel_is_in_the_cuda_extra_with_the_same_lower_bound():
+    """pip refuses what the guard would refuse: the cuda extra's lower bounds are the
+    kernels' minimum versions, and every kernel's package is in the extra."""
+    import re
+    import tomllib
+    from pathlib import Path
+    extra = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    bounds = dict(re.fullmatch(r"([\w-]+)>=([\d.]+)", req).groups()
+                  for req in extra["project"]["optional-dependencies"]["cuda"] if ">=" in req)
     names = {k.name for k in fastpath.KERNELS}
     assert {"flash_attn.flash_attn_func", "fla.ops.rwkv6.chunk_rwkv6",
             "mamba_ssm.ops.selective_scan_interface.mamba_inner_fn",
             "mamba_ssm.ops.selective_scan_interface.selective_scan_fn",
             "mamba_ssm.ops.triton.ssd_combined.mamba_split_conv1d_scan_combined",
             "mamba_ssm.ops.triton.ssd_combined.mamba_chunk_scan_combined"} <= names
-    assert all(fastpath.version_tuple(k.min_version) for k in fastpath.KERNELS)
+    for k in fastpath.KERNELS:
+        assert fastpath.version_tuple(bounds[k.package]) == fastpath.version_tuple(k.min_version), k
     assert HALF == FLASH_ATTN.dtypes
 
 

@@ -132,9 +132,9 @@ def test_variants_and_plan():
     assert parity == [(m, {}) for m in zoo.MIXERS] + [("grassmann", {"impl": "fused"})]
     bench = [g.label(m, o) for m, o in g.variants("bench", flash=True)]
     assert bench[:len(zoo.MIXERS)] == list(zoo.MIXERS)
-    assert {"grassmann:impl=compiled", "grassmann:impl=fused", "attention:backend=flash_attn"} <= set(bench)
+    assert {"grassmann:impl=compiled", "grassmann:impl=fused", "attention:backend=sdpa"} <= set(bench)
     assert ("grassmann:impl=eager" in bench) != (zoo.MIXERS["grassmann"](64).impl == "eager")  # eager once
-    assert "attention:backend=flash_attn" not in [g.label(*v) for v in g.variants("bench", flash=False)]
+    assert "attention:backend=sdpa" not in [g.label(*v) for v in g.variants("bench", flash=False)]
 
     full, quick = g.sizes("cuda", quick=False), g.sizes("cuda", quick=True)
     assert full.d_models == (256, 1024) and full.lengths == (1024, 2048, 4096, 8192, 16384)

@@ -7,6 +7,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..ops import fastpath
 from ..ops.fastpath import HALF, Kernel
 from .base import Mixer, check_choice, check_divisible, check_positive
 
@@ -28,7 +29,8 @@ def attention_ref(q, k, v, window: int | None = None):
     scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])  # (B, H, L, L)
     mask = _causal_mask(L, window, q.device)
     scores = scores.masked_fill(~mask, float("-inf"))
-    return torch.softmax(scores.float(), dim=-1).to(v.dtype) @ v
+    # softmax in at least fp32 (fp64 stays fp64, so checks against it can be tight)
+    return torch.softmax(scores.to(torch.promote_types(scores.dtype, torch.float32)), dim=-1).to(v.dtype) @ v
 
 
 def _causal_mask(L: int, window: int | None, device) -> torch.Tensor:
@@ -45,24 +47,31 @@ def local_attention(q, k, v, window: int):
 
     The sequence is cut into blocks of T >= window queries; every key a query of block
     n may see lies in block n or n - 1, so each block attends to those 2T keys under a
-    fixed (T, 2T) band mask: L/T SDPA calls' worth of work of size T x 2T, never L x L.
+    fixed (T, 2T) band mask: L/T attention problems of size T x 2T, never L x L.
     """
     B, H, L, Dh = q.shape
+    if window >= L - 1:  # the window reaches back to token 0 everywhere: plain causal
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     T = max(window, LOCAL_BLOCK)
     n = -(-L // T)
     pad = n * T - L  # padded queries and keys sit after every real token: never seen
-    q, k, v = (F.pad(t, (0, 0, 0, pad)).view(B, H, n, T, Dh) for t in (q, k, v))
 
-    def with_previous(t):  # (B, H, n, T, Dh) -> (B, H, n, 2T, Dh): block n-1, then block n
-        return torch.cat([F.pad(t, (0, 0, 0, 0, 1, 0))[:, :, :n], t], dim=3)
+    def blocks(t):  # (B, H, L, Dh) -> (B, H, n, T, Dh)
+        return F.pad(t, (0, 0, 0, pad)).view(B, H, n, T, Dh)
 
+    def with_previous(t):  # (B, H, n, T, Dh) -> (B, H * n, 2T, Dh): block n-1, then block n
+        return torch.cat([F.pad(t, (0, 0, 0, 0, 1, 0))[:, :, :n], t], dim=3).flatten(1, 2)
+
+    q, k, v = blocks(q), blocks(k), blocks(v)
     i = torch.arange(T, device=q.device)[:, None]  # query offset in its block
     j = torch.arange(2 * T, device=q.device)[None, :] - T  # key offset from the block start
     band = (j <= i) & (j >= i - window)  # (T, 2T)
     first = band & (j >= 0)  # block 0 has no previous block: its zero padding is masked
-    mask = torch.stack([first, *[band] * (n - 1)]) if n > 1 else first[None]  # (n, T, 2T)
-    y = F.scaled_dot_product_attention(q, with_previous(k), with_previous(v), attn_mask=mask)
-    return y.reshape(B, H, n * T, Dh)[:, :, :L]
+    mask = torch.stack([first, *[band] * (n - 1)]).repeat(H, 1, 1)  # (H * n, T, 2T)
+    # 4-D (B, H * n, T, Dh), the layout SDPA's fused kernels take
+    y = F.scaled_dot_product_attention(q.flatten(1, 2), with_previous(k), with_previous(v),
+                                       attn_mask=mask)
+    return y.view(B, H, n * T, Dh)[:, :, :L]
 
 
 class Attention(Mixer):
@@ -84,16 +93,22 @@ class Attention(Mixer):
 
     window: int | None = None  # None: full causal attention
 
-    def choose_backend(self, device_type: str, dtype: torch.dtype) -> str:
+    def choose_backend(self, device_type: str, dtype: torch.dtype, device=None) -> str:
         """The path a forward takes for q/k/v of this device type and dtype: the dtype
         the kernel sees, i.e. after the projection (bf16 under autocast even though the
-        block hands the mixer fp32)."""
-        if self.requested_backend == "flash_attn":
-            if not FLASH_ATTN.allows(device_type, dtype):
-                raise ValueError(f"{self.name}: backend='flash_attn' needs CUDA fp16/bf16 "
-                                 f"inputs, got {device_type} {dtype}")
+        block hands the mixer fp32). ``device``: the tensor's device; on CUDA
+        flash-attn 2 needs compute capability >= 8.0 (Ampere)."""
+        head_dim = self.d_model // self.n_heads
+        flash = (FLASH_ATTN.allows(device_type, dtype) and head_dim <= 256
+                 and (device is None or device.type != "cuda"
+                      or torch.cuda.get_device_capability(device) >= (8, 0)))
+        if self.requested_backend == "flash_attn" and fastpath.enabled():
+            if not flash:
+                raise ValueError(f"{self.name}: backend='flash_attn' needs CUDA (sm80+) fp16/bf16 "
+                                 f"inputs and a head dim <= 256, got {device_type} {dtype}, "
+                                 f"head dim {head_dim}")
             return "flash_attn"
-        if self.requested_backend == "auto" and FLASH_ATTN.allows(device_type, dtype):
+        if self.requested_backend == "auto" and flash:
             return "flash_attn"
         if self.requested_backend == "math":
             return "math"
@@ -103,7 +118,7 @@ class Attention(Mixer):
         B, L, D = x.shape
         H = self.n_heads
         q, k, v = self.qkv(x).view(B, L, 3, H, D // H).unbind(2)  # each (B, L, H, Dh)
-        backend = self.backend = self.choose_backend(q.device.type, q.dtype)
+        backend = self.backend = self.choose_backend(q.device.type, q.dtype, q.device)
         if backend == "flash_attn":
             # documented: (B, L, H, Dh), causal, window_size=(left, right) keys around t
             win = (-1, -1) if self.window is None else (self.window, 0)

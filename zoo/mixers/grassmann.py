@@ -51,6 +51,7 @@ import torch.nn.functional as F
 
 from ..ops.grassmann import (fused_backend, grassmann_features_compiled,
                              grassmann_features_factored, grassmann_features_fused, triton)
+from ..ops import fastpath
 from ..ops.fastpath import fastest
 from .base import Mixer, check_choice
 
@@ -184,6 +185,8 @@ class Grassmann(Mixer):
         args = (z, self.w_plu.weight, self.w_plu.bias, self.offsets, self.pairing,
                 self.normalize, self.eps, self.aggregate)
         impl = self._auto_impl(args) if self.impl == "auto" else self.impl
+        if impl == "fused" and not fastpath.enabled():
+            impl = "factored"  # torch_only(): the same function, in plain torch
         g = IMPL_FNS[impl](*args)
         self.backend = fused_backend(z.device) if impl == "fused" else impl
         return g
@@ -192,10 +195,13 @@ class Grassmann(Mixer):
         z, weight, bias = args[:3]
         grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in args[:3])
         B, L, _ = z.shape
-        bucket = (z.device.type, z.dtype, grad, _pow2(B * L), _pow2(L), *weight.shape, *args[3:])
+        fused = (fused_backend(z.device) == "triton" and z.dtype != torch.float64
+                 and fastpath.enabled())
+        bucket = (z.device.type, z.dtype, grad, fused, _pow2(B * L), _pow2(L), *weight.shape,
+                  *args[3:])
         if bucket not in Grassmann.auto_choices:
             names = ["factored", "compiled"]
-            if fused_backend(z.device) == "triton" and z.dtype != torch.float64:
+            if fused:
                 names.insert(0, "fused")  # the interpreter, on CPU, is never the fastest
             inputs = [t.detach().requires_grad_(grad) for t in args[:3] if t is not None]
 

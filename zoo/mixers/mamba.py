@@ -73,7 +73,7 @@ class Mamba(Mixer):
         A = -torch.exp(self.A_log.float())  # (di, N), fp32 whatever the module dtype
         D, dt_bias = self.D.float(), self.dt_proj.bias.float()
 
-        if MAMBA_INNER.usable(x):
+        if 2 <= self.d_conv <= 4 and MAMBA_INNER.usable(x):  # causal-conv1d: widths 2-4
             self.backend = "mamba_ssm_fused"
             return MAMBA_INNER(xz, self.conv1d.weight, self.conv1d.bias, self.x_proj.weight,
                                   self.dt_proj.weight, self.out_proj.weight, self.out_proj.bias,

@@ -80,8 +80,9 @@ class Mamba2(Mixer):
             p._no_weight_decay = True  # as in mamba_ssm; honoured by optimisers that look
 
     def _fused_ok(self, u: torch.Tensor) -> bool:
-        # causal-conv1d's kernels take widths 2 to 4 only
-        return 2 <= self.d_conv <= 4 and MAMBA2_FUSED.usable(u)
+        # causal-conv1d's kernels take widths 2 to 4 only, and the fused block asserts
+        # that the conv's channels are a multiple of 8
+        return 2 <= self.d_conv <= 4 and self.conv_dim % 8 == 0 and MAMBA2_FUSED.usable(u)
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         Bsz, L, _ = u.shape  # (B, L, D)

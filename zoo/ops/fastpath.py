@@ -45,9 +45,10 @@ def optional(module: str, attr: str | None = None):
         return None
 
 
-def version_tuple(version: str) -> tuple[int, ...]:
-    """"2.3.2.post1" -> (2, 3, 2); "0.6.0rc1" -> (0, 6, 0)."""
-    return tuple(int(p) for p in re.findall(r"\d+", version.split("+")[0].split("rc")[0])[:3])
+def version_tuple(version: str) -> tuple[int, int, int]:
+    """"2.3.2.post1" -> (2, 3, 2); "0.6.0rc1" -> (0, 6, 0); "2.3" -> (2, 3, 0)."""
+    parts = [int(p) for p in re.findall(r"\d+", version.split("+")[0].split("rc")[0])[:3]]
+    return tuple(parts + [0] * (3 - len(parts)))
 
 
 def installed_version(package: str, module: str) -> str | None:
@@ -90,7 +91,7 @@ class Kernel:
         try:
             mod = importlib.import_module(self.module)
         except Exception as err:
-            self._why_not = (f"{self.package} is not installed (pip install -e '.[cuda]')"
+            self._why_not = (f"{self.package} is not installed (make venv KERNELS=cuda)"
                              if version is None else
                              f"{self.package} {version} is installed but {self.module} does not "
                              f"import ({type(err).__name__}: {err})")
@@ -130,7 +131,7 @@ class Kernel:
     def allows(self, device_type: str, dtype: torch.dtype) -> bool:
         """Whether the kernel would run for a tensor of this device type and dtype: the
         dispatch decision, separate from any tensor so that it can be tested anywhere."""
-        if _DISABLED or device_type not in self.devices or dtype not in self.dtypes:
+        if not enabled() or device_type not in self.devices or dtype not in self.dtypes:
             return False
         if self.fn is None:
             if not self._warned:
@@ -150,9 +151,15 @@ class Kernel:
         return f"Kernel({self.name}, {self.package}>={self.min_version})"
 
 
+def enabled() -> bool:
+    """False inside ``torch_only()``."""
+    return not _DISABLED
+
+
 @contextlib.contextmanager
 def torch_only():
-    """Within this block every mixer runs its pure-PyTorch path."""
+    """Within this block every mixer runs its pure-PyTorch path, whatever it was asked
+    for (attention's backend='flash_attn', Grassmann's impl='fused' included)."""
     global _DISABLED
     _DISABLED += 1
     try:
