@@ -3,7 +3,9 @@
     linbench run smoke                                  # local, one run at a time
     linbench run sweeps/mqar.py --parallel 2
     linbench run wikitext2_paper --executor slurm --partition gpu --gpus 1 --time 240
-    linbench status smoke
+    linbench status smoke                               # queued / running / partial / ok / failed ...
+    linbench logs smoke RUN                             # a run's error and the tail of its log
+    linbench cancel smoke                               # stop its jobs; a later `run` resumes them
     linbench plot smoke && linbench report smoke
 """
 from __future__ import annotations
@@ -15,9 +17,11 @@ import sys
 from pathlib import Path
 
 from results.records import load_records, read_record, record_path
+from tasks.progress import format_line, read_progress
 
-from .core import SweepError, load_sweep
-from .launch import launch, workdir_for
+from .core import SweepError, canonical, load_sweep
+from .launch import FINAL, launch, workdir_for
+from .ledger import cancel, in_flight, read_ledger
 
 PUBLISHED = Path(__file__).resolve().parent.parent / "results" / "published.csv"
 
@@ -56,11 +60,18 @@ def parser() -> argparse.ArgumentParser:
                      help="local: subprocesses on this machine; slurm: a job array; debug: in-process")
     run.add_argument("--parallel", type=int, default=1, help="local: runs at the same time (default 1)")
     run.add_argument("--dry-run", action="store_true", help="validate and list what would run, run nothing")
+    run.add_argument("--threads", type=int, help="torch threads per run (default: the cores it is "
+                     "given: --cpus-per-task on Slurm, cores / --parallel locally); recorded")
+    run.add_argument("--rerun-diverged", action="store_true",
+                     help="run diverged runs again (by default a diverged run is final)")
     s = run.add_argument_group("slurm")
     s.add_argument("--partition")
     s.add_argument("--gpus", type=int, help="GPUs per job")
     s.add_argument("--cpus-per-task", type=int)
-    s.add_argument("--mem-gb", type=float)
+    s.add_argument("--mem-gb", type=float, help="memory per job in GB (whole megabytes are sent)")
+    s.add_argument("--signal-lead", type=int, dest="signal_lead_s", metavar="SECONDS",
+                   help="send USR1 (checkpoint and requeue) this long before the time limit "
+                        "(default: a tenth of --time, 15 s to 5 min)")
     s.add_argument("--time", type=_minutes, help="limit per job: minutes or [D-]HH:MM[:SS] (default 120); "
                    "a job that reaches it checkpoints and is requeued")
     s.add_argument("--array-parallelism", type=int, help="array tasks running at once (default 256)")
@@ -73,7 +84,11 @@ def parser() -> argparse.ArgumentParser:
                    help="any other sbatch option, e.g. --slurm-arg exclude=node3 (repeatable)")
     s.add_argument("--wait", action="store_true", help="block until every submitted run has a record")
 
-    verb("status", "count records by status; list the runs that are not ok")
+    verb("status", "each run: queued, running, partial (step, ETA), ok, failed, diverged ...")
+    logs = verb("logs", "print a run's error and the tail of its job log")
+    logs.add_argument("run", help="a run id (or its first characters) or a label")
+    logs.add_argument("--lines", type=int, default=40, help="lines of the log's tail (default 40)")
+    verb("cancel", "cancel the sweep's queued and running jobs (running ones checkpoint first)")
     plot = verb("plot", "draw the sweep's figures (PNG)")
     plot.add_argument("--out", help="folder for the PNGs (default RESULTS_DIR/SWEEP/plots)")
     report = verb("report", "write a Markdown report beside the published numbers")
@@ -82,42 +97,131 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def distinguishing(runs) -> dict[str, str]:
+    """{run_id: "seed=1 train.lr=0.001"}: the config fields whose values differ across
+    the runs, so a dry-run list tells apart runs that share a label."""
+    flat = {run.run_id: _flatten(canonical(run.config)) for run in runs}
+    keys = sorted({k for f in flat.values() for k in f})
+    varying = [k for k in keys if len({repr(f.get(k)) for f in flat.values()}) > 1]
+    return {rid: " ".join(f"{k}={f.get(k)}" for k in varying) for rid, f in flat.items()}
+
+
+def _flatten(obj, prefix="") -> dict:
+    if isinstance(obj, dict):
+        return {k: v for key, val in obj.items() for k, v in _flatten(val, f"{prefix}{key}.").items()}
+    return {prefix[:-1]: obj}
+
+
 def cmd_run(args, sweep) -> int:
+    final = tuple(s for s in FINAL if not (args.rerun_diverged and s == "diverged"))
     if args.dry_run:
+        diff = distinguishing(sweep.runs)
         for run in sweep.runs:
             rec = read_record(record_path(args.results_dir, sweep.name, run.run_id))
-            print(f"{run.run_id}  {(rec or {}).get('status', '-'):<8} {run.task:<10} {run.name}")
+            print(f"{run.run_id}  {(rec or {}).get('status', '-'):<8} {run.task:<10} {run.name:<24} "
+                  f"{diff[run.run_id][:120]}")
         print(f"{len(sweep)} configs valid")
         return 0
     if args.executor == "slurm" and shutil.which("sbatch") is None:
         raise SweepError("--executor slurm submits with sbatch, which is not on PATH: run it on a Slurm login node")
     opts = {k: getattr(args, k) for k in ("partition", "gpus", "cpus_per_task", "mem_gb", "time",
-                                          "array_parallelism", "max_timeouts", "account", "qos",
-                                          "constraint", "setup")}
+                                          "array_parallelism", "max_timeouts", "signal_lead_s", "threads",
+                                          "account", "qos", "constraint", "setup")}
     opts["extra"] = dict(args.slurm_arg)
-    summary = launch(sweep, args.results_dir, args.executor, args.parallel, opts, wait=args.wait)
+    try:
+        summary = launch(sweep, args.results_dir, args.executor, args.parallel, opts, wait=args.wait,
+                         final=final)
+    except KeyboardInterrupt:
+        flying = in_flight(args.results_dir, sweep.name, workdir_for, [r.run_id for r in sweep.runs])
+        print(f"\ninterrupted: {len(flying)} run(s) still queued or running"
+              + (f"; stop them with `linbench cancel {sweep.name}`, a later `linbench run` resumes "
+                 "them from their checkpoints" if flying else "; a later `linbench run` resumes "
+                 "the stopped runs from their checkpoints"), file=sys.stderr)
+        return 130
     if summary["statuses"]:
         print("finished:", ", ".join(f"{n} {s}" for s, n in sorted(summary["statuses"].items())))
-    bad = {s for s in summary["statuses"] if s != "ok"}
-    return 1 if bad else 0
+    if summary["job_ids"] and not args.wait:
+        return 0  # submitted: `linbench status` follows them
+    states = _states(args, sweep)
+    not_ok = collections.Counter(st for st in states.values() if st != "ok")
+    if not_ok:
+        print("not ok: " + ", ".join(f"{n} {s}" for s, n in not_ok.most_common())
+              + f" (`linbench status {sweep.name}`)")
+    # 0 when every run is final, or in flight on Slurm when not waiting for it
+    fine = (*FINAL, *(() if args.wait or args.executor != "slurm" else ("queued", "running")))
+    return 0 if all(st in fine for st in states.values()) else 1
+
+
+def _states(args, sweep) -> dict[str, str]:
+    """{run_id: status}: the record's, else queued / running (a job in flight), partial
+    (a checkpoint, no job) or not run."""
+    flying = in_flight(args.results_dir, sweep.name, workdir_for, [run.run_id for run in sweep.runs])
+    out = {}
+    for run in sweep.runs:
+        rec = read_record(record_path(args.results_dir, sweep.name, run.run_id))
+        workdir = workdir_for(args.results_dir, sweep.name, run.run_id)
+        out[run.run_id] = (rec["status"] if rec else flying.get(run.run_id) or
+                           ("partial" if (workdir / "checkpoint.pt").exists() else "not run"))
+    return out
 
 
 def cmd_status(args, sweep) -> int:
-    counts = collections.Counter()
+    states = _states(args, sweep)
+    counts = collections.Counter(states.values())
     for run in sweep.runs:
-        rec = read_record(record_path(args.results_dir, sweep.name, run.run_id))
-        status = rec["status"] if rec else "not run"
-        if rec is None and (workdir_for(args.results_dir, sweep.name, run.run_id) / "checkpoint.pt").exists():
-            status = "partial"  # interrupted or running: a checkpoint, no record yet
-        counts[status] += 1
-        if status != "ok":
-            detail = ((rec or {}).get("error") or "").strip().splitlines()[-1:] or [""]
-            print(f"  {run.run_id}  {status:<8} {run.task:<10} {run.name}  {detail[0][:100]}")
+        status = states[run.run_id]
+        if status == "ok":
+            continue
+        rec = read_record(record_path(args.results_dir, sweep.name, run.run_id)) or {}
+        detail = (rec.get("error") or "").strip().splitlines()[-1:]
+        progress = read_progress(workdir_for(args.results_dir, sweep.name, run.run_id))
+        if not rec and progress:
+            detail = [format_line(progress)]
+        if rec.get("error"):
+            detail.append(f"(linbench logs {sweep.name} {run.run_id})")
+        print(f"  {run.run_id}  {status:<8} {run.task:<10} {run.name}  {' '.join(detail)}")
     ids = {run.run_id for run in sweep.runs}
     stale = len([r for r in load_records(Path(args.results_dir) / sweep.name) if r.get("run_id") not in ids])
     print(f"{sweep.name}: {len(sweep)} runs: " + ", ".join(f"{n} {s}" for s, n in counts.most_common())
           + (f" ({stale} record(s) of configs no longer in the sweep)" if stale else ""))
     return 0 if counts["ok"] == len(sweep) else 1
+
+
+def _find(sweep, key: str):
+    hits = [run for run in sweep.runs if run.run_id.startswith(key) or run.label == key]
+    if len(hits) != 1:
+        which = "no run" if not hits else f"{len(hits)} runs ({', '.join(r.run_id for r in hits)})"
+        raise SweepError(f"{sweep.name}: {which} with id or label {key!r}; "
+                         f"`linbench status {sweep.name}` lists them")
+    return hits[0]
+
+
+def cmd_logs(args, sweep) -> int:
+    run = _find(sweep, args.run)
+    rec = read_record(record_path(args.results_dir, sweep.name, run.run_id))
+    entry = read_ledger(args.results_dir, sweep.name).get(run.run_id)
+    print(f"{run.run_id}  {run.name}  status: {(rec or {}).get('status', 'no record')}")
+    progress = read_progress(workdir_for(args.results_dir, sweep.name, run.run_id))
+    if progress:
+        print(f"progress: {format_line(progress)}")
+    if rec and rec.get("error"):
+        print("--- error\n" + rec["error"].rstrip())
+    if entry is None:
+        print("--- no job of this run in the ledger (run with --executor debug, or never submitted)")
+        return 0
+    log = Path(entry["log"])
+    print(f"--- {entry['executor']} job {entry['job_id']}, log {log}")
+    if log.exists():
+        print("\n".join(log.read_text(errors="replace").splitlines()[-args.lines:]))
+    else:
+        print("(the log does not exist yet: the job has not started)")
+    return 0
+
+
+def cmd_cancel(args, sweep) -> int:
+    done = cancel(args.results_dir, sweep.name, workdir_for)
+    print(f"{sweep.name}: {len(done)} job(s) cancelled" if done else f"{sweep.name}: nothing in flight")
+    return 0
 
 
 def _frame(args, sweep):
@@ -151,7 +255,9 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
         sweep = load_sweep(args.sweep)
-        return {"run": cmd_run, "status": cmd_status, "plot": cmd_plot, "report": cmd_report}[args.verb](args, sweep)
+        verbs = {"run": cmd_run, "status": cmd_status, "logs": cmd_logs, "cancel": cmd_cancel,
+                 "plot": cmd_plot, "report": cmd_report}
+        return verbs[args.verb](args, sweep)
     except SweepError as exc:
         print(f"linbench: {exc}", file=sys.stderr)
         return 2

@@ -17,9 +17,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import fcntl
-import getpass
 import os
-import subprocess
+import socket
 import sys
 import time
 import traceback
@@ -31,8 +30,10 @@ from tqdm.auto import tqdm
 
 import tasks
 from results.records import STATUSES, now, provenance, read_record, record_path, write_record
+from tasks.progress import read_progress
 
-from .core import RunConfig, Sweep
+from .core import RunConfig, Sweep, SweepError
+from .ledger import cancel_requested, in_flight, record_submissions
 
 PREEMPT_SIGNAL = "USR1"  # one the training loop checkpoints on (it does not listen to USR2)
 REPO = Path(__file__).resolve().parent.parent
@@ -45,11 +46,16 @@ def workdir_for(results_dir: Path, sweep: str, run_id: str) -> Path:
 @contextlib.contextmanager
 def _exclusive(workdir: Path):
     """Yield True when this process holds the run's lock: a run submitted twice (two
-    `linbench run` at once) must not train twice into one checkpoint."""
+    `linbench run` at once) must not train twice into one checkpoint. A few tries: a
+    `linbench status` probing the lock holds it for an instant."""
     with open(workdir / ".lock", "w") as fd:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        for attempt in range(20):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                time.sleep(0.1)
+        else:
             yield False
             return
         yield True
@@ -71,11 +77,12 @@ def _classify(exc: BaseException) -> str:
 
 
 def execute(run: RunConfig, sweep: str, results_dir: str | Path, run_fn=None, executor: str = "debug",
-            threads: int | None = None, progress: bool = False) -> str:
+            threads: int | None = None, progress: bool = False, submitted: float | None = None) -> str:
     """Run one config and write its record; returns the status. ``run_fn`` defaults to
     the task's registered ``run`` (jobs carry it, so a task registered at run time,
     e.g. by a test, also runs in a fresh process). Returns without a record when the
-    run was interrupted (it is being requeued) or runs elsewhere ("busy")."""
+    run was interrupted (it is being requeued), cancelled (``linbench cancel`` after
+    ``submitted``) or runs elsewhere ("busy")."""
     path = record_path(results_dir, sweep, run.run_id)
     old = read_record(path)
     if old is not None and old.get("status") == "ok":
@@ -96,7 +103,9 @@ def execute(run: RunConfig, sweep: str, results_dir: str | Path, run_fn=None, ex
             status = metrics.get("status", "ok")
         except Exception as exc:  # SystemExit (submitit's requeue) and Ctrl-C pass through
             status, error = _classify(exc), traceback.format_exc()
-        if status == "interrupted":
+            if submitted is not None and cancel_requested(results_dir, sweep, submitted):
+                status = "cancelled"  # submitit declined the requeue because of it
+        if status in ("interrupted", "cancelled"):
             return status  # the checkpoint is written; the requeued job (or a rerun) resumes
         if status not in STATUSES:
             status, error = "failed", f"task returned status {status!r}; expected one of {list(STATUSES)}"
@@ -104,7 +113,8 @@ def execute(run: RunConfig, sweep: str, results_dir: str | Path, run_fn=None, ex
             "run_id": run.run_id, "sweep": sweep, "task": run.task, "label": run.label,
             "config": run.to_dict()["config"], "status": status, "error": error, "metrics": metrics,
             "resumed": metrics.get("resumed_from") is not None, "attempts": attempts,
-            "provenance": {**provenance(), "executor": executor, "started": started, "finished": now(),
+            "provenance": {**provenance(), "executor": executor, "threads": torch.get_num_threads(),
+                           "started": started, "finished": now(),
                            "seconds_this_attempt": round(time.perf_counter() - t0, 3),
                            **{k: metrics[k] for k in ("device", "device_name", "dtype", "backends", "wall_time")
                               if k in metrics}},
@@ -113,6 +123,15 @@ def execute(run: RunConfig, sweep: str, results_dir: str | Path, run_fn=None, ex
         if status in ("ok", "diverged"):  # finished for good: the checkpoint is dead weight
             (workdir / "checkpoint.pt").unlink(missing_ok=True)
         return status
+
+
+JOB_LOG_HINTS = {
+    "failed": "; `linbench logs {sweep} {run_id}` prints its error",
+    "oom": "; `linbench logs {sweep} {run_id}` prints its error",
+    "timeout": "; `linbench logs {sweep} {run_id}` prints its error",
+    "cancelled": "; its checkpoint is kept and `linbench run {sweep}` resumes it",
+    "busy": "; another job is training this run",
+}
 
 
 class RunJob(submitit.helpers.Checkpointable):
@@ -124,30 +143,59 @@ class RunJob(submitit.helpers.Checkpointable):
         self.run, self.sweep, self.results_dir = run, sweep, str(Path(results_dir).resolve())
         self.executor, self.threads = executor, threads
         self.run_fn = tasks.TASKS[run.task][1]
+        self.submitted = time.time()  # a `linbench cancel` after this stops the job
 
     def __call__(self) -> str:
+        # where the run trains, for `linbench cancel` (a local job's pid is submitit's shell)
+        record_submissions(self.results_dir, self.sweep, {self.run.run_id: {
+            "pid": os.getpid(), "host": socket.gethostname()}})
         threads = self.threads or int(os.environ.get("SLURM_CPUS_PER_TASK", 0)) or None
-        return execute(self.run, self.sweep, self.results_dir, self.run_fn, self.executor, threads)
+        status = execute(self.run, self.sweep, self.results_dir, self.run_fn, self.executor, threads,
+                         submitted=self.submitted)
+        # The job log's last word (submitit then says "completed successfully" whatever
+        # the run's status, since the job itself did not crash).
+        print(f"[linbench] run {self.run.run_id} ({self.run.name}): {status}"
+              + JOB_LOG_HINTS.get(status, "").format(sweep=self.sweep, run_id=self.run.run_id),
+              flush=True)
+        return status
+
+    def checkpoint(self, *args, **kwargs):
+        """submitit's requeue hook: requeue, unless the sweep was cancelled since."""
+        if cancel_requested(self.results_dir, self.sweep, self.submitted):
+            return None  # submitit then ends the job instead of requeueing it
+        return super().checkpoint(*args, **kwargs)
 
 
-def plan(sweep: Sweep, results_dir: str | Path) -> tuple[list, list]:
-    """(runs to do, runs already ok)."""
-    todo, done = [], []
+# Statuses that end a run for good: a diverged run diverges again with the same seed.
+FINAL = ("ok", "diverged")
+
+
+def plan(sweep: Sweep, results_dir: str | Path, final=FINAL) -> dict[str, list]:
+    """The runs by what `run` does with them: "todo", "ok", "final" (another final
+    status, not rerun), "in_flight" (a job of theirs is queued or running)."""
+    flying = in_flight(results_dir, sweep.name, workdir_for, [run.run_id for run in sweep.runs])
+    out = {"todo": [], "ok": [], "final": [], "in_flight": []}
     for run in sweep.runs:
-        rec = read_record(record_path(results_dir, sweep.name, run.run_id))
-        (done if rec is not None and rec.get("status") == "ok" else todo).append(run)
-    return todo, done
+        status = (read_record(record_path(results_dir, sweep.name, run.run_id)) or {}).get("status")
+        key = ("ok" if status == "ok" else "final" if status in final else
+               "in_flight" if run.run_id in flying else "todo")
+        out[key].append(run)
+    return out
 
 
 def launch(sweep: Sweep, results_dir: str | Path = "results", executor: str = "local", parallel: int = 1,
-           slurm: dict | None = None, wait: bool = False, log=print) -> dict:
-    """Run (or submit) every run of ``sweep`` that has no ``ok`` record. Returns a
-    summary: ``submitted``, ``skipped``, ``statuses`` (of runs finished here) and
-    ``job_ids`` (Slurm)."""
+           slurm: dict | None = None, wait: bool = False, log=print, final=FINAL) -> dict:
+    """Run (or submit) every run of ``sweep`` that has no final record and no job in
+    flight. Returns a summary: ``submitted``, ``skipped``, ``statuses`` (of runs
+    finished here) and ``job_ids`` (Slurm)."""
     results_dir = Path(results_dir).resolve()
-    todo, done = plan(sweep, results_dir)
-    log(f"{sweep.name}: {len(sweep)} runs, {len(done)} already ok, {len(todo)} to run ({executor})")
-    summary = {"submitted": len(todo), "skipped": len(done), "statuses": {}, "job_ids": []}
+    parts = plan(sweep, results_dir, final)
+    todo = parts["todo"]
+    log(f"{sweep.name}: {len(sweep)} runs, {len(parts['ok'])} already ok, "
+        + (f"{len(parts['final'])} final (not rerun), " if parts["final"] else "")
+        + (f"{len(parts['in_flight'])} in flight (queued or running), " if parts["in_flight"] else "")
+        + f"{len(todo)} to run ({executor})")
+    summary = {"submitted": len(todo), "skipped": len(sweep) - len(todo), "statuses": {}, "job_ids": []}
     if not todo:
         return summary
     folder = results_dir / sweep.name / "submitit"
@@ -158,6 +206,7 @@ def launch(sweep: Sweep, results_dir: str | Path = "results", executor: str = "l
         statuses = _run_local(todo, sweep.name, results_dir, folder, parallel, slurm or {}, log)
     elif executor == "slurm":
         submitted = time.time()
+        from .slurm import submit_slurm, wait_slurm  # here: they need launch's RunJob
         jobs = submit_slurm(todo, sweep.name, results_dir, folder, slurm or {})
         summary["job_ids"] = sorted({j.job_id.split("_")[0] for j in jobs})
         log(f"submitted {len(jobs)} job(s) as {', '.join(summary['job_ids'])}; logs in {folder}")
@@ -182,6 +231,12 @@ def may_start(run: RunConfig, running: list, parallel: int) -> bool:
     return len(running) < parallel and not run.alone and not any(r.alone for r in running)
 
 
+def _fraction(results_dir, sweep: str, run: RunConfig) -> float:
+    """How much of the run is trained, from its heartbeat (0 before the first one)."""
+    p = read_progress(workdir_for(results_dir, sweep, run.run_id)) or {}
+    return min(1.0, p["step"] / p["steps"]) if p.get("step") and p.get("steps") else 0.0
+
+
 def _run_local(todo, sweep, results_dir, folder, parallel, params, log) -> list[str]:
     """submitit's local executor starts every job at once: keep at most ``parallel``,
     and start nothing beside a run marked ``alone`` (a timing would measure the other)."""
@@ -190,28 +245,35 @@ def _run_local(todo, sweep, results_dir, folder, parallel, params, log) -> list[
     ex = submitit.LocalExecutor(folder)
     ex.update_parameters(timeout_min=params.get("time") or 7 * 24 * 60,
                          setup=[f"export SUBMITIT_PREEMPT_SIGNAL={PREEMPT_SIGNAL}"])
-    queue, running, statuses = list(todo), {}, []
+    queue, running, statuses, since = list(todo), {}, [], time.time()
     bar = tqdm(total=len(todo), desc=sweep, unit="run", disable=log is not print)
     ticking = sys.stderr.isatty()  # a log file gets a line per finished run, not a ticking clock
     try:
         while queue or running:
             started = False
+            if queue and cancel_requested(results_dir, sweep, since):
+                log(f"{sweep}: cancelled; {len(queue)} run(s) not started")
+                queue = []
             while queue and may_start(queue[0], list(running.values()), parallel):
                 run = queue.pop(0)
-                threads = cores if run.alone else max(1, cores // parallel)
-                running[ex.submit(RunJob(run, sweep, results_dir, "local", threads))] = run
+                threads = params.get("threads") or (cores if run.alone else max(1, cores // parallel))
+                job = ex.submit(RunJob(run, sweep, results_dir, "local", threads))
+                running[job] = run
+                record_submissions(results_dir, sweep, {run.run_id: _entry("local", job)})
                 started = True
             if started:
                 bar.set_postfix_str(", ".join(r.name for r in running.values())[:60])
             time.sleep(0.5)
-            if ticking:
-                bar.refresh()
-            for job in [j for j in running if j.done()]:
+            finished = [j for j in running if j.done()]
+            for job in finished:
                 run = running.pop(job)
                 rec = read_record(record_path(results_dir, sweep, run.run_id))
                 status = rec["status"] if rec else f"no record (log: {job.paths.stderr})"
                 statuses.append(_report(run, status, bar.write if log is print else log))
-                bar.update(1)
+            # finished runs plus the trained fraction of the running ones (their heartbeats)
+            bar.n = round(len(statuses) + sum(_fraction(results_dir, sweep, r) for r in running.values()), 2)
+            if ticking or finished:
+                bar.refresh()
     except KeyboardInterrupt:
         for job in running:
             job.cancel(check=False)
@@ -221,66 +283,6 @@ def _run_local(todo, sweep, results_dir, folder, parallel, params, log) -> list[
     return statuses
 
 
-def slurm_parameters(sweep: str, opts: dict) -> dict:
-    """submitit SlurmExecutor parameters from the CLI's options (partition, gpus, time,
-    array_parallelism, cpus_per_task, mem_gb, account, qos, constraint, setup, extra)."""
-    delay = opts.get("signal_delay_s", 120)
-    params = {"job_name": f"linbench-{sweep}", "time": opts.get("time") or 120, "signal_delay_s": delay,
-              "array_parallelism": opts.get("array_parallelism") or 256,
-              "cpus_per_task": opts.get("cpus_per_task") or 1, "stderr_to_stdout": True,
-              # The job imports this checkout even when linbench is not installed there.
-              "setup": [f"export SUBMITIT_PREEMPT_SIGNAL={PREEMPT_SIGNAL}",
-                        f"export PYTHONPATH={REPO}${{PYTHONPATH:+:$PYTHONPATH}}", *opts.get("setup", [])],
-              "additional_parameters": {"signal": f"{PREEMPT_SIGNAL}@{delay}", **opts.get("extra", {})}}
-    for key in ("partition", "account", "qos", "constraint"):
-        if opts.get(key):
-            params[key] = opts[key]
-    if opts.get("gpus"):
-        params["gpus_per_node"] = opts["gpus"]
-    if opts.get("mem_gb"):
-        params["mem"] = f"{opts['mem_gb']}GB"
-    return params
-
-
-def submit_slurm(todo, sweep, results_dir, folder, opts: dict) -> list:
-    """Submit the runs as one job array (a single run as one job)."""
-    ex = submitit.SlurmExecutor(folder, max_num_timeout=opts.get("max_timeouts", 3))
-    ex.update_parameters(**slurm_parameters(sweep, opts))
-    with ex.batch():
-        jobs = [ex.submit(RunJob(run, sweep, results_dir, "slurm")) for run in todo]
-    return jobs
-
-
-def _queued(job_ids) -> set | None:
-    """Job ids (array tasks expanded, "123_4") still known to squeue; None if it fails."""
-    out = subprocess.run(["squeue", "-h", "-r", "-o", "%i", "-u", getpass.getuser()],
-                         capture_output=True, text=True)
-    if out.returncode != 0:
-        return None
-    mine = {str(j).split("_")[0] for j in job_ids}
-    return {line.strip() for line in out.stdout.split() if line.strip().split("_")[0] in mine}
-
-
-def wait_slurm(todo, sweep, results_dir, jobs, since: float, poll_s: float = 2.0,
-               timeout_s: float | None = None, log=print) -> list[str]:
-    """Wait until every submitted run has a record written after ``since`` (its
-    submission) or its job left the queue without writing one."""
-    start = time.time()
-    waiting = dict(zip([run.run_id for run in todo], zip(todo, jobs)))
-    statuses = []
-    while waiting:
-        queued = _queued([job.job_id for _, job in waiting.values()])
-        for run_id, (run, job) in list(waiting.items()):
-            path = record_path(results_dir, sweep, run_id)
-            fresh = path.exists() and path.stat().st_mtime >= since
-            gone = queued is not None and job.job_id not in queued
-            if fresh or gone:
-                rec = read_record(path) if fresh else None
-                status = rec["status"] if rec else f"no record (job {job.job_id}, log: {job.paths.stdout})"
-                statuses.append(_report(run, status, log))
-                del waiting[run_id]
-        if waiting:
-            if timeout_s is not None and time.time() - start > timeout_s:
-                raise TimeoutError(f"{len(waiting)} run(s) still running after {timeout_s:.0f}s")
-            time.sleep(poll_s)
-    return statuses
+def _entry(executor: str, job) -> dict:
+    return {"executor": executor, "job_id": str(job.job_id), "submitted": time.time(),
+            "log": str(job.paths.stdout)}

@@ -66,9 +66,9 @@ class ScalingConfig(StrictConfig):
         check_choice(own, "dtype", self.dtype, ("auto", "float32", "bfloat16", "float16"))
         for p in self.passes:
             check_choice(own, "passes", p, PASSES)
-        check_bounds(self, "d_model", "min_len", "tokens", "repeats", "n_layers", "vocab_size", "time_limit_s",
+        check_bounds(self, "d_model", "min_len", "tokens", "repeats", "n_layers", "vocab_size",
                      "mem_cap_mb", gt=0)
-        check_bounds(self, "seed", "warmup", ge=0)
+        check_bounds(self, "seed", "warmup", "time_limit_s", ge=0)  # a 0 s limit: every point times out
         if self.max_len is not None and self.max_len < self.min_len:
             raise ValueError(f"{own}: max_len={self.max_len} < min_len={self.min_len}")
         with torch.device("meta"):  # refuse bad options now, not in a child process later

@@ -132,3 +132,68 @@ def test_sweep_on_slurm_failed_ok_requeue_resume_and_nothing_to_resubmit(tmp_pat
     assert cli(argv) == 0
     assert "4 already ok, 0 to run" in capsys.readouterr().out
     assert len(list(logs.glob("**/*submission.sh"))) == n_scripts and not _queue()
+
+
+DAYS = """
+from sweeps import RunConfig
+train = {"steps": 8, "batch_size": 4, "lr": 1e-2, "warmup_steps": 1, "eval_every": 4,
+         "device": "cpu", "log_every_s": 0.2}
+configs = [
+    RunConfig("toy", {"seed": 7, "step_delay": 0.3,
+                      "train": {**train, "steps": 200, "checkpoint_every": 2}}, "long"),
+    RunConfig("toy", {"seed": 8, "crash_at": 0, "train": train}, "flaky"),
+]
+"""
+
+
+def test_days_on_slurm_refusal_pending_no_resubmit_cancel_resume_and_logs(tmp_path, capsys):
+    path = tmp_path / "days.py"
+    path.write_text(DAYS)
+    res = tmp_path / "results"
+    logs = res / "days" / "submitit"
+    base = ["--results-dir", str(res)]
+    argv = ["run", str(path), "--executor", "slurm", *base, "--cpus-per-task", "1", "--time", "10"]
+
+    # sbatch's refusal is one `linbench:` line, and leaves no files of the submission
+    assert cli([*argv, "--gpus", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "linbench: sbatch refused the submission" in err and "Traceback" not in err
+    assert not [p for p in logs.rglob("*") if p.is_file()]
+
+    # --mem-gb 2 is accepted; a second run while the jobs wait submits nothing
+    assert cli([*argv, "--mem-gb", "2", "--slurm-arg", "begin=now+3600"]) == 0
+    capsys.readouterr()
+    assert "--mem=2048M" in "".join(p.read_text() for p in logs.glob("*submission.sh"))
+    n_scripts = len(list(logs.glob("*submission.sh")))
+    assert cli([*argv, "--mem-gb", "2"]) == 0
+    assert "2 in flight (queued or running), 0 to run" in capsys.readouterr().out
+    assert len(list(logs.glob("*submission.sh"))) == n_scripts
+    cli(["status", str(path), *base])
+    assert "2 queued" in capsys.readouterr().out
+    assert cli(["cancel", str(path), *base]) == 0
+    assert capsys.readouterr().out.count("removed from the queue") == 2
+    _wait(lambda: not _queue(), 30, "the queue to empty", logs)
+
+    # running: progress in the job log, then cancel: it checkpoints and stops, partial
+    assert cli(argv) == 0
+    capsys.readouterr()
+    long_run = load_sweep(path).runs[0]
+    ckpt = workdir_for(res, "days", long_run.run_id) / "checkpoint.pt"
+    _wait(ckpt.exists, 90, "a first checkpoint", logs)
+    _wait(lambda: "[train] step" in "".join(p.read_text() for p in logs.glob("*_log.out")), 30,
+          "progress lines in the job log", logs)
+    assert cli(["cancel", str(path), *base]) == 0
+    assert "told to checkpoint and stop" in capsys.readouterr().out
+    _wait(lambda: not _queue(), 60, "the cancelled job to end", logs)
+    cli(["status", str(path), *base])
+    out = capsys.readouterr().out
+    assert "partial" in out and "interrupted step" in out and "1 failed" in out
+    assert long_run.run_id not in records(res, "days")
+
+    # logs prints the failed run's traceback; a rerun resumes the cancelled one
+    assert cli(["logs", str(path), "flaky", *base]) == 0
+    out = capsys.readouterr().out
+    assert "Traceback" in out and "crash at step 0" in out and "[linbench] run" in out
+    assert cli([*argv, "--wait"]) == 0
+    rec = records(res, "days")[long_run.run_id]
+    assert rec["status"] == "ok" and rec["resumed"] is True and 0 < rec["metrics"]["resumed_from"] < 200

@@ -169,8 +169,11 @@ def test_debug_run_records_then_a_second_run_skips_ok_and_redoes_the_rest(tmp_pa
     mtime = (tmp_path / "t" / f"{ok['run_id']}.json").stat().st_mtime_ns
     assert "out of memory" in recs[sweep.runs[3].run_id]["error"]
     again = launch(sweep, tmp_path, "debug", log=lambda *_: None)
-    assert again["submitted"] == 4 and again["skipped"] == 2
+    # the failed, oom and timeout runs again; ok and diverged are final
+    assert again["submitted"] == 3 and again["skipped"] == 3
     assert (tmp_path / "t" / f"{ok['run_id']}.json").stat().st_mtime_ns == mtime  # untouched
+    diverged = launch(sweep, tmp_path, "debug", log=lambda *_: None, final=("ok",))
+    assert diverged["submitted"] == 4 and diverged["statuses"]["diverged"] == 1
 
 
 def test_a_crashed_run_resumes_from_its_checkpoint_and_ends_where_an_unbroken_one_does(tmp_path):

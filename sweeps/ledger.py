@@ -1,0 +1,144 @@
+"""Where each run of a sweep was sent, whether it is still in flight, and cancelling it.
+
+The records say what is finished; the ledger (``RESULTS/SWEEP/submitit/ledger.json``,
+beside the jobs' logs) says what
+was submitted: per run id the executor, the job id, when, and where the job's log is.
+``linbench run`` reads it so that a run whose job is still queued or running is not
+submitted a second time; ``status``, ``logs`` and ``cancel`` read it to find the job and
+its log. A run is *running* while some process holds its workdir's lock (whichever
+executor started it); it is *queued* while its Slurm job is pending.
+
+Cancelling writes ``RESULTS/SWEEP/submitit/cancel`` (a time stamp), then removes pending jobs and
+signals running ones with USR1, the signal on which the training loop checkpoints. A job
+submitted before that time stamp declines submitit's requeue and ends without a record,
+so the run stays partial and a later ``run`` resumes it from its checkpoint.
+"""
+from __future__ import annotations
+
+import fcntl
+import getpass
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+LEDGER, CANCEL = "ledger.json", "cancel"
+# squeue states of a job that has not started running the task yet
+PENDING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED",
+           "CONFIGURING"}
+
+
+def _jobs_dir(results_dir, sweep: str) -> Path:
+    return Path(results_dir) / sweep / "submitit"  # submitit's folder: job files and logs
+
+
+def ledger_path(results_dir, sweep: str) -> Path:
+    return _jobs_dir(results_dir, sweep) / LEDGER
+
+
+def read_ledger(results_dir, sweep: str) -> dict:
+    """{run_id: {"executor", "job_id", "submitted", "log", and once the job has started
+    "pid" and "host" of the process that trains}}; empty when there is none."""
+    try:
+        return json.loads(ledger_path(results_dir, sweep).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def record_submissions(results_dir, sweep: str, entries: dict) -> None:
+    """Merge ``entries`` ({run_id: fields}) into the ledger, field by field (locked
+    read-modify-write, atomic replace)."""
+    path = ledger_path(results_dir, sweep)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ledger = read_ledger(results_dir, sweep)
+        for rid, fields in entries.items():
+            ledger[rid] = {**ledger.get(rid, {}), **fields}
+        tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+        tmp.write_text(json.dumps(ledger, indent=1, sort_keys=True))
+        os.replace(tmp, path)
+
+
+def is_running(workdir: Path) -> bool:
+    """Whether a process holds the run's lock, i.e. is training it right now."""
+    try:
+        fd = open(Path(workdir) / ".lock", "r")
+    except OSError:
+        return False
+    with fd:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+
+
+def slurm_states(job_ids) -> dict[str, str] | None:
+    """{job id ("123" or array task "123_4"): squeue state} for those still known to
+    squeue; None where squeue cannot be asked."""
+    ids = sorted({str(j).split("_")[0] for j in job_ids})
+    if not ids:
+        return {}
+    try:
+        out = subprocess.run(["squeue", "-h", "-r", "-o", "%i %T", "-u", getpass.getuser(),
+                              "-j", ",".join(ids)], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:  # an id the controller has forgotten: ask for all of ours
+        out = subprocess.run(["squeue", "-h", "-r", "-o", "%i %T", "-u", getpass.getuser()],
+                             capture_output=True, text=True, timeout=60)
+        if out.returncode != 0:
+            return None
+    return dict(line.split()[:2] for line in out.stdout.splitlines() if len(line.split()) >= 2)
+
+
+def in_flight(results_dir, sweep: str, workdir_for, run_ids=()) -> dict[str, str]:
+    """{run_id: "running" | "queued"} for every run of the ledger, or of ``run_ids``,
+    that is in flight (a run started by any executor holds its workdir's lock)."""
+    ledger = read_ledger(results_dir, sweep)
+    out = {rid: "running" for rid in {*ledger, *run_ids}
+           if is_running(workdir_for(results_dir, sweep, rid))}
+    slurm = {rid: e["job_id"] for rid, e in ledger.items()
+             if e.get("executor") == "slurm" and rid not in out}
+    states = slurm_states(slurm.values()) if slurm else {}
+    for rid, job in slurm.items():
+        state = (states or {}).get(job)
+        if state is not None:
+            out[rid] = "queued" if state in PENDING else "running"
+    return out
+
+
+def cancel_requested(results_dir, sweep: str, since: float) -> bool:
+    """Whether ``linbench cancel`` was called after ``since`` (a job's submission)."""
+    try:
+        return float((_jobs_dir(results_dir, sweep) / CANCEL).read_text()) >= since
+    except (OSError, ValueError):
+        return False
+
+
+def cancel(results_dir, sweep: str, workdir_for, log=print) -> dict[str, str]:
+    """Stop every queued or running run of the sweep; {run_id: what was done}."""
+    mark = _jobs_dir(results_dir, sweep) / CANCEL
+    mark.parent.mkdir(parents=True, exist_ok=True)
+    mark.write_text(repr(time.time()))
+    ledger, done = read_ledger(results_dir, sweep), {}
+    for rid, state in in_flight(results_dir, sweep, workdir_for).items():
+        entry = ledger[rid]
+        if entry.get("executor") == "slurm":
+            cmd = ["scancel", entry["job_id"]] if state == "queued" else \
+                ["scancel", "--signal=USR1", entry["job_id"]]
+            ok = subprocess.run(cmd, capture_output=True, text=True).returncode == 0
+        else:  # local: the training process (it noted its pid), which checkpoints on USR1
+            try:
+                os.kill(int(entry["pid"]), signal.SIGUSR1)
+                ok = True
+            except (KeyError, ProcessLookupError, ValueError):
+                ok = False
+        done[rid] = ("removed from the queue" if state == "queued" else
+                     "told to checkpoint and stop") if ok else f"could not be signalled ({state})"
+        log(f"  {rid}  {state:<8} {done[rid]} (job {entry['job_id']})")
+    return done

@@ -1,0 +1,104 @@
+"""Submitting a sweep's runs to Slurm as one job array, and waiting for them.
+
+Preemption and time-outs: Slurm is asked to send USR1 ``signal_lead`` seconds before
+the time limit, and submitit inside the job is told that USR1 is its preemption signal
+(launch.PREEMPT_SIGNAL); the training loop checkpoints on it and submitit requeues the
+job. After a requeue Slurm holds the job back (its BeginTime) for about two minutes
+before it may start again.
+"""
+from __future__ import annotations
+
+import math
+import subprocess
+import time
+
+import submitit
+
+from results.records import read_record, record_path
+
+from .core import SweepError
+from .launch import PREEMPT_SIGNAL, REPO, RunJob, _entry, _report
+from .ledger import record_submissions, slurm_states
+
+
+def signal_lead(time_min: float) -> int:
+    """Seconds before the time limit at which Slurm sends USR1 (checkpoint and requeue):
+    a tenth of the limit, at least 15 s and at most 5 min. Slurm may send it up to 60 s
+    earlier than asked."""
+    return int(min(300, max(15, 6 * time_min)))
+
+
+def slurm_parameters(sweep: str, opts: dict) -> dict:
+    """submitit SlurmExecutor parameters from the CLI's options (partition, gpus, time,
+    array_parallelism, cpus_per_task, mem_gb, signal_lead_s, account, qos, constraint,
+    setup, extra)."""
+    delay = opts.get("signal_lead_s") or signal_lead(opts.get("time") or 120)
+    params = {"job_name": f"linbench-{sweep}", "time": opts.get("time") or 120, "signal_delay_s": delay,
+              "array_parallelism": opts.get("array_parallelism") or 256,
+              "cpus_per_task": opts.get("cpus_per_task") or 1, "stderr_to_stdout": True,
+              # The job imports this checkout even when linbench is not installed there.
+              "setup": [f"export SUBMITIT_PREEMPT_SIGNAL={PREEMPT_SIGNAL}",
+                        f"export PYTHONPATH={REPO}${{PYTHONPATH:+:$PYTHONPATH}}", *opts.get("setup", [])],
+              "additional_parameters": {"signal": f"{PREEMPT_SIGNAL}@{delay}", **opts.get("extra", {})}}
+    for key in ("partition", "account", "qos", "constraint"):
+        if opts.get(key):
+            params[key] = opts[key]
+    if opts.get("gpus"):
+        params["gpus_per_node"] = opts["gpus"]
+    if opts.get("mem_gb"):  # whole megabytes: sbatch refuses "--mem=2.0GB"
+        params["mem"] = f"{math.ceil(opts['mem_gb'] * 1024)}M"
+    return params
+
+
+def submit_slurm(todo, sweep, results_dir, folder, opts: dict) -> list:
+    """Submit the runs as one job array (a single run as one job). A refusal by sbatch
+    becomes one SweepError quoting it, and leaves no files of this submission behind."""
+    folder.mkdir(parents=True, exist_ok=True)
+    before = set(folder.rglob("*"))
+    ex = submitit.SlurmExecutor(folder, max_num_timeout=opts.get("max_timeouts", 3))
+    ex.update_parameters(**slurm_parameters(sweep, opts))
+    try:
+        with ex.batch():
+            jobs = [ex.submit(RunJob(run, sweep, results_dir, "slurm", opts.get("threads")))
+                    for run in todo]
+    except (subprocess.CalledProcessError, submitit.core.utils.FailedJobError) as err:
+        for path in sorted(set(folder.rglob("*")) - before, reverse=True):  # files before folders
+            path.rmdir() if path.is_dir() else path.unlink(missing_ok=True)
+        raise SweepError(f"sbatch refused the submission: {_sbatch_message(err)}") from None
+    record_submissions(results_dir, sweep, {run.run_id: _entry("slurm", job) for run, job in zip(todo, jobs)})
+    return jobs
+
+
+def _sbatch_message(err: Exception) -> str:
+    """sbatch's own words, e.g. "error: Invalid generic resource (gres) specification"."""
+    text = getattr(err, "output", None) or getattr(err, "stderr", None) or str(err)
+    text = text.decode(errors="replace") if isinstance(text, bytes) else str(text)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    return "; ".join(errors or lines[-1:]) or type(err).__name__
+
+
+def wait_slurm(todo, sweep, results_dir, jobs, since: float, poll_s: float = 2.0,
+               timeout_s: float | None = None, log=print) -> list[str]:
+    """Wait until every submitted run has a record written after ``since`` (its
+    submission) or its job left the queue without writing one."""
+    start = time.time()
+    waiting = dict(zip([run.run_id for run in todo], zip(todo, jobs)))
+    statuses = []
+    while waiting:
+        states = slurm_states([job.job_id for _, job in waiting.values()])
+        queued = None if states is None else set(states)
+        for run_id, (run, job) in list(waiting.items()):
+            path = record_path(results_dir, sweep, run_id)
+            fresh = path.exists() and path.stat().st_mtime >= since
+            gone = queued is not None and job.job_id not in queued
+            if fresh or gone:
+                rec = read_record(path) if fresh else None
+                status = rec["status"] if rec else f"no record (job {job.job_id}, log: {job.paths.stdout})"
+                statuses.append(_report(run, status, log))
+                del waiting[run_id]
+        if waiting:
+            if timeout_s is not None and time.time() - start > timeout_s:
+                raise TimeoutError(f"{len(waiting)} run(s) still running after {timeout_s:.0f}s")
+            time.sleep(poll_s)
+    return statuses

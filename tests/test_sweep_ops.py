@@ -1,0 +1,185 @@
+"""Running sweeps for days: what `run` submits again, final statuses and exit codes,
+`status` / `logs` / `cancel`, Slurm options, and a local run killed with -9 resuming
+to the same numbers. Uses the toy task of tests/test_sweeps.py; the same against a
+real Slurm is in tests/test_slurm.py."""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sweeps import cli as cli_module
+from sweeps.cli import main as cli
+from sweeps.launch import workdir_for
+from sweeps.ledger import is_running, read_ledger
+from sweeps.slurm import signal_lead, slurm_parameters
+from tasks.progress import write_progress
+from test_sweeps import TESTS, records, toy_task  # noqa: F401  (the autouse fixture registers the toy task)
+
+TRAIN = {"steps": 8, "batch_size": 4, "lr": 1e-2, "warmup_steps": 1, "eval_every": 4, "device": "cpu"}
+
+
+def sweep_file(tmp_path: Path, *configs: str) -> Path:
+    path = tmp_path / "ops.py"
+    path.write_text("from sweeps import RunConfig\n"
+                    f"train = {TRAIN!r}\n"
+                    "configs = [\n" + "".join(f"    {c},\n" for c in configs) + "]\n")
+    return path
+
+
+def test_slurm_memory_is_whole_megabytes_and_the_signal_lead_scales_with_time():
+    assert slurm_parameters("s", {"mem_gb": 2})["mem"] == "2048M"  # sbatch refuses 2.0GB
+    assert slurm_parameters("s", {"mem_gb": 1.5})["mem"] == "1536M"
+    assert [signal_lead(t) for t in (2, 30, 240)] == [15, 180, 300]
+    assert slurm_parameters("s", {"time": 2})["additional_parameters"]["signal"] == "USR1@15"
+    assert slurm_parameters("s", {"time": 2, "signal_lead_s": 45})["signal_delay_s"] == 45
+
+
+def test_dry_run_lists_what_tells_runs_apart(tmp_path, capsys):
+    path = sweep_file(tmp_path, 'RunConfig("toy", {"seed": 0, "train": train}, "same")',
+                      'RunConfig("toy", {"seed": 1, "train": {**train, "lr": 0.02}}, "same")')
+    assert cli(["run", str(path), "--dry-run", "--results-dir", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "seed=0 train.lr=0.01" in lines[0] and "seed=1 train.lr=0.02" in lines[1]
+
+
+def test_a_diverged_run_is_final_and_a_rerun_exits_0_submitting_nothing(tmp_path, capsys):
+    path = sweep_file(tmp_path, 'RunConfig("toy", {"seed": 0, "train": train}, "fine")',
+                      'RunConfig("toy", {"seed": 1, "fail": "diverge", "train": train}, "nan")')
+    argv = ["run", str(path), "--executor", "debug", "--results-dir", str(tmp_path)]
+    assert cli(argv) == 0
+    assert "not ok: 1 diverged" in capsys.readouterr().out
+    assert cli(argv) == 0
+    assert "1 final (not rerun), 0 to run" in capsys.readouterr().out
+    assert cli([*argv, "--rerun-diverged"]) == 0
+    assert "1 to run" in capsys.readouterr().out
+
+
+def test_a_failed_run_exits_1_and_logs_prints_its_traceback(tmp_path, capsys):
+    path = sweep_file(tmp_path, 'RunConfig("toy", {"fail": "error", "train": train}, "broken")')
+    base = ["--results-dir", str(tmp_path)]
+    assert cli(["run", str(path), "--executor", "debug", *base]) == 1
+    capsys.readouterr()
+    assert cli(["status", str(path), *base]) == 1
+    out = capsys.readouterr().out
+    assert "failed" in out and "deliberate failure" in out and "linbench logs ops " in out
+    assert cli(["logs", str(path), "broken", *base]) == 0
+    out = capsys.readouterr().out
+    assert "Traceback" in out and "RuntimeError: deliberate failure" in out
+    assert cli(["logs", str(path), "nosuchrun", *base]) == 2
+
+
+def test_a_run_in_flight_is_not_submitted_again_and_status_says_so(tmp_path, capsys):
+    """A process holding the run's workdir lock is training it: `run` leaves it alone."""
+    path = sweep_file(tmp_path, 'RunConfig("toy", {"train": train}, "busy")')
+    run_id = cli_module.load_sweep(path).runs[0].run_id
+    workdir = workdir_for(tmp_path, "ops", run_id)
+    workdir.mkdir(parents=True)
+    write_progress(workdir / "progress.json", {"status": "running", "step": 3, "steps": 8,
+                                               "eta_s": 12.0, "updated": time.time()})
+    with open(workdir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        assert cli(["run", str(path), "--executor", "debug", "--results-dir", str(tmp_path)]) == 1
+        assert "1 in flight (queued or running), 0 to run" in capsys.readouterr().out
+        cli(["status", str(path), "--results-dir", str(tmp_path)])
+        out = capsys.readouterr().out
+        assert "running" in out and "step 3/8" in out
+    assert not records(tmp_path, "ops")
+    (workdir / "checkpoint.pt").touch()  # no lock, a checkpoint: partial
+    cli(["status", str(path), "--results-dir", str(tmp_path)])
+    assert "1 partial" in capsys.readouterr().out
+
+
+def test_ctrl_c_says_what_runs_on_and_how_to_cancel_it(tmp_path, capsys, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_module, "launch", interrupted)
+    monkeypatch.setattr(cli_module, "in_flight", lambda *a: {"abc": "running"})
+    path = sweep_file(tmp_path, 'RunConfig("toy", {"train": train}, "x")')
+    assert cli(["run", str(path), "--executor", "debug", "--results-dir", str(tmp_path)]) == 130
+    err = capsys.readouterr().err
+    assert "1 run(s) still queued or running" in err and "linbench cancel ops" in err
+
+
+SLOW = '{"seed": 5, "step_delay": 0.25, "train": {**train, "steps": 40, "checkpoint_every": 2, "log_every_s": 0.2}}'
+
+
+def _start(path: Path, results: Path) -> subprocess.Popen:
+    """`linbench run` with the local executor, in its own process group, as a user would."""
+    code = ("import sys, tasks; from test_sweeps import ToyConfig, toy_run; "
+            "tasks.TASKS['toy'] = (ToyConfig, toy_run); from sweeps.cli import main; "
+            "sys.exit(main(sys.argv[1:]))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(TESTS.parent)])}
+    return subprocess.Popen([sys.executable, "-c", code, "run", str(path), "--executor", "local",
+                             "--results-dir", str(results)], env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _wait_for(cond, timeout=90.0):
+    end = time.time() + timeout
+    while time.time() < end:
+        if cond():
+            return
+        time.sleep(0.2)
+    raise AssertionError("timed out")
+
+
+@pytest.mark.slow
+def test_kill_9_after_a_checkpoint_then_run_resumes_to_identical_numbers(tmp_path):
+    path = sweep_file(tmp_path, f'RunConfig("toy", {SLOW}, "killed")')
+    run = cli_module.load_sweep(path).runs[0]
+    ckpt = workdir_for(tmp_path / "a", "ops", run.run_id) / "checkpoint.pt"
+    proc = _start(path, tmp_path / "a")
+    _wait_for(ckpt.exists)
+    pid = read_ledger(tmp_path / "a", "ops")[run.run_id]["pid"]
+    os.kill(pid, signal.SIGKILL)  # the training process, then `linbench run` itself
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    _wait_for(lambda: not is_running(ckpt.parent), timeout=10)  # the kernel drops its lock
+    assert not records(tmp_path / "a", "ops")
+    assert cli(["run", str(path), "--executor", "local", "--results-dir", str(tmp_path / "a")]) == 0
+    assert cli(["run", str(path), "--executor", "local", "--results-dir", str(tmp_path / "b")]) == 0
+    resumed, clean = (records(tmp_path / d, "ops")[run.run_id] for d in ("a", "b"))
+    assert resumed["resumed"] is True and 0 < resumed["metrics"]["resumed_from"] < 40
+    assert resumed["provenance"]["threads"] == clean["provenance"]["threads"]
+    assert resumed["metrics"]["loss"] == clean["metrics"]["loss"]  # same thread count: bit-identical
+
+
+@pytest.mark.slow
+def test_cancel_stops_a_local_sweep_at_a_checkpoint_and_run_resumes_it(tmp_path, capsys):
+    path = sweep_file(tmp_path, f'RunConfig("toy", {SLOW}, "first")',
+                      f'RunConfig("toy", {{**{SLOW}, "seed": 6}}, "second")')
+    first = cli_module.load_sweep(path).runs[0]
+    ckpt = workdir_for(tmp_path, "ops", first.run_id) / "checkpoint.pt"
+    proc = _start(path, tmp_path)
+    _wait_for(ckpt.exists)
+    assert cli(["cancel", str(path), "--results-dir", str(tmp_path)]) == 0
+    assert "told to checkpoint and stop" in capsys.readouterr().out
+    out, _ = proc.communicate(timeout=60)
+    assert "cancelled; 1 run(s) not started" in out, out
+    assert not records(tmp_path, "ops")
+    cli(["status", str(path), "--results-dir", str(tmp_path)])
+    assert "1 partial, 1 not run" in capsys.readouterr().out
+    log = Path(read_ledger(tmp_path, "ops")[first.run_id]["log"]).read_text()
+    assert "[train] step" in log and "cancelled; its checkpoint is kept" in log
+    assert cli(["run", str(path), "--executor", "local", "--results-dir", str(tmp_path)]) == 0
+    rec = records(tmp_path, "ops")[first.run_id]
+    assert rec["status"] == "ok" and rec["resumed"] is True and rec["metrics"]["steps"] == 40
+
+
+def test_threads_per_run_default_to_the_cores_given_and_are_recorded(tmp_path):
+    path = sweep_file(tmp_path, 'RunConfig("toy", {"train": train}, "one")')
+    argv = ["run", str(path), "--executor", "local"]
+    assert cli([*argv, "--results-dir", str(tmp_path / "a"), "--threads", "1"]) == 0
+    assert cli([*argv, "--results-dir", str(tmp_path / "b"), "--parallel", "1"]) == 0
+    (one,), (default,) = (records(tmp_path / d, "ops").values() for d in ("a", "b"))
+    assert one["provenance"]["threads"] == one["metrics"]["threads"] == 1
+    assert default["provenance"]["threads"] == max(1, os.cpu_count() or 1)
