@@ -114,11 +114,17 @@ class _SignalFlag:
         signal.raise_signal(self.caught)
 
 
+def decays(p: nn.Parameter) -> bool:
+    """Whether weight decay applies: to matrices (nanoGPT's rule: norms, biases and scalar
+    gains are left alone), except those a mixer marks ``_no_weight_decay`` (Mamba's A_log,
+    RWKV's decay and mixing coefficients: mamba_ssm and fla never decay them)."""
+    return p.dim() >= 2 and not getattr(p, "_no_weight_decay", False)
+
+
 def _optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    # Decay matrices only (nanoGPT's rule): norms, biases and scalar gains are left alone.
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    groups = [{"params": [p for p in params if decays(p)], "weight_decay": cfg.weight_decay},
+              {"params": [p for p in params if not decays(p)], "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas))
 
 

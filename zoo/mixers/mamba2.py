@@ -77,7 +77,7 @@ class Mamba2(Mixer):
         self.norm_weight = nn.Parameter(torch.ones(d_inner))
         self.out_proj = nn.Linear(d_inner, d_model, bias=False)
         for p in (self.dt_bias, self.A_log, self.D):
-            p._no_weight_decay = True  # as in mamba_ssm; honoured by optimisers that look
+            p._no_weight_decay = True  # as in mamba_ssm; the training loop honours it
 
     def _fused_ok(self, u: torch.Tensor) -> bool:
         # causal-conv1d's kernels take widths 2 to 4 only, and the fused block asserts

@@ -54,6 +54,10 @@ class RWKV6(Mixer):
             bonus = 0.5 * (1 - chan) + zigzag
             self.time_faaaa = nn.Parameter(bonus.view(self.n_heads, head_size))  # u: (H, K)
 
+        for name, p in self.named_parameters():  # RWKV decays only its Linear weights
+            if name.startswith("time_"):
+                p._no_weight_decay = True
+
         self.receptance = nn.Linear(D, D, bias=False)
         self.key = nn.Linear(D, D, bias=False)
         self.value = nn.Linear(D, D, bias=False)
