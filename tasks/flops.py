@@ -47,6 +47,25 @@ def _core_retnet(m, B, L):
     return _chunked_linear_attention(B, L, m.n_heads, K, m.expand_v * K, m.chunk_size)
 
 
+def _core_gla(m, B, L):
+    # The RWKV-6 chunk core (its low-rank gate is nn.Linear, counted with the dense
+    # weights), plus the current token's score q.k and value term that zoo.ops.gla adds
+    # beside the core (2K + 2V per token and head).
+    K, V = m.head_k_dim, m.head_v_dim
+    return (_chunked_linear_attention(B, L, m.n_heads, K, V, m.chunk_size)
+            + 2 * B * L * m.n_heads * (K + V))
+
+
+def _core_gated_deltanet(m, B, L):
+    # The chunked linear-attention work (scores, values, reading and updating the K x V
+    # state), plus what the delta rule adds per token: the keys' gram matrix in its chunk
+    # (chunk K), the triangular solve applied to [values | keys] (chunk (V + K)), and the
+    # state's prediction W S0 that corrects the values (2 K V).
+    K, V, C = m.head_dim, m.head_v_dim, m.chunk_size
+    return (_chunked_linear_attention(B, L, m.n_heads, K, V, C)
+            + B * L * m.n_heads * (C * K + C * (V + K) + 2 * K * V))
+
+
 def _core_grassmann(m, B, L):
     # The formula as the paper states it (the eager path), whatever ``impl`` ran: the
     # factored / compiled / fused paths do less work for the same function, so their
@@ -60,6 +79,8 @@ CORE_FLOPS = {  # mixer name -> (forward FLOPs of the core, backward / forward r
     "attention": (_core_attention, 2.5), "sliding_window": (_core_attention, 2.5),
     "mamba": (_core_mamba, 2.0), "mamba2": (_core_mamba2, 2.0), "rwkv6": (_core_rwkv6, 2.0),
     "retnet": (_core_retnet, 2.0), "grassmann": (_core_grassmann, 2.0),
+    "gla": (_core_gla, 2.0),
+    "gated_deltanet": (_core_gated_deltanet, 2.0),
 }
 
 

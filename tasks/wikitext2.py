@@ -48,7 +48,8 @@ PAPER = dict(d_model=256, d_ff=1024, n_heads=4, epochs=30, dropout=0.1)
 # The 12-layer GrassmannLM's one offset per layer (1,1,2,2,...,16,16); the 6-layer one
 # uses all of (1,2,4,8,12,16) in every layer, the zoo mixer's default.
 GRASSMANN_12L_OFFSETS = (1, 1, 2, 2, 4, 4, 8, 8, 12, 12, 16, 16)
-HEADED = ("attention", "sliding_window", "retnet")  # mixers whose n_heads the preset sets
+# mixers whose n_heads the preset sets
+HEADED = ("attention", "sliding_window", "retnet", "gated_deltanet", "gla")
 
 
 def paper_model_config(mixer: str = "attention", preset: str = "paper-6L", vocab_size: int = 30522,

@@ -11,6 +11,7 @@ on the same weights (``torch_only()``). A spy counts the kernel's calls and the 
 ``backend`` must name the branch, so deleting a CUDA branch's call fails a test here.
 fp32 throughout: the interpreter's bf16 arithmetic is wrong (the GPU check covers bf16).
 """
+import functools
 import warnings
 
 import pytest
@@ -20,7 +21,9 @@ import kernel_standins
 import zoo
 from zoo.mixers.mamba import MAMBA_INNER
 from zoo.mixers.mamba2 import MAMBA2_FUSED
+from zoo.ops.delta_rule import CHUNK_GATED_DELTA_RULE, gated_delta_rule, gated_delta_rule_chunked
 from zoo.ops.fastpath import torch_only
+from zoo.ops.gla import CHUNK_GLA, gla, gla_chunked
 from zoo.ops.rwkv6 import CHUNK_RWKV6
 from zoo.ops.selective_scan import SELECTIVE_SCAN
 from zoo.ops.ssd import SSD_SCAN
@@ -89,6 +92,20 @@ def compare(name, options, backend, d_model, B=2, L=37, rtol=2e-4, atol=2e-5):
                                    msg=lambda m: f"{name} {n}: {m}")
 
 
+def compare_op(fast, chunked, args, h0, names: str):
+    """An op with what a mixer does not pass (an initial state, the final state, a scale)
+    against its chunked torch path: output, final state and every gradient."""
+    inputs = [t.requires_grad_() for t in (*args, h0)]
+    got, want = (fn(*inputs[:-1], scale=0.3, initial_state=inputs[-1], output_final_state=True)
+                 for fn in (fast, chunked))
+    dy = [torch.randn_like(t) for t in want]
+    loss = [sum((a * b).sum() for a, b in zip(out, dy)) for out in (got, want)]
+    for n, a, b in zip(["o", "S", *(f"d{x}" for x in names.split()), "dh0"],
+                       [*got, *torch.autograd.grad(loss[0], inputs)],
+                       [*want, *torch.autograd.grad(loss[1], inputs)]):
+        torch.testing.assert_close(a, b, rtol=2e-4, atol=2e-5 * b.abs().max().item(), msg=n)
+
+
 def test_mamba_fused_through_mamba_inner_ref(route, pkgs):
     calls = route(MAMBA_INNER, pkgs.mamba_inner_ref)
     compare("mamba", {"d_state": 5, "chunk_size": 16}, "mamba_ssm_fused", d_model=24)
@@ -123,6 +140,39 @@ def test_rwkv6_and_retnet_through_fla_chunk_rwkv6(route, name, options):
     calls = route(CHUNK_RWKV6)
     compare(name, options, "fla", d_model=32)
     assert calls
+
+
+def test_gla_through_fla_chunk_gla(route):
+    calls = route(CHUNK_GLA)
+    compare("gla", {"n_heads": 2}, "fla", d_model=32)
+    assert calls
+    # The op too, with what the mixer does not pass: an initial state (chunk_gla wants
+    # it in fp32), the final state, a scale; against the chunked path, every gradient.
+    g = torch.Generator().manual_seed(1)
+    q, k = (torch.randn(2, 21, 2, 8, generator=g) for _ in range(2))
+    v = torch.randn(2, 21, 2, 16, generator=g)
+    gk = torch.nn.functional.logsigmoid(torch.randn(2, 21, 2, 8, generator=g)) / 4
+    h0 = torch.randn(2, 2, 8, 16, generator=g)
+    compare_op(gla, gla_chunked, [q, k, v, gk], h0, "q k v gk")
+    assert len(calls) == 2
+
+
+def test_gated_deltanet_through_fla_chunk_gated_delta_rule(route):
+    calls = route(CHUNK_GATED_DELTA_RULE)
+    compare("gated_deltanet", {"n_heads": 2}, "fla", d_model=32)  # head dims 12 and 24
+    assert calls
+    # The op with what the mixer does not pass: an initial state, the final state, a
+    # scale; against the chunked path, outputs and every gradient.
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(2, 21, 2, 8, generator=g)
+    k = torch.nn.functional.normalize(torch.randn(2, 21, 2, 8, generator=g), dim=-1)
+    v = torch.randn(2, 21, 2, 16, generator=g)
+    gate = torch.nn.functional.logsigmoid(torch.randn(2, 21, 2, generator=g))
+    beta = torch.rand(2, 21, 2, generator=g)
+    h0 = torch.randn(2, 2, 8, 16, generator=g)
+    compare_op(gated_delta_rule, functools.partial(gated_delta_rule_chunked, chunk_size=16),
+               [q, k, v, gate, beta], h0, "q k v g beta")
+    assert len(calls) == 2
 
 
 def test_causal_conv1d_without_its_cpp_functions_falls_back(monkeypatch, pkgs):

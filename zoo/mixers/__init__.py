@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from .attention import Attention, SlidingWindowAttention
 from .base import Mixer
+from .gated_deltanet import GatedDeltaNet
+from .gla import GLA
 from .retnet import RetNet
 from .rwkv6 import RWKV6
 from .grassmann import Grassmann
@@ -17,6 +19,8 @@ MIXERS: dict[str, type[Mixer]] = {
     "grassmann": Grassmann,
     "rwkv6": RWKV6,
     "retnet": RetNet,
+    "gated_deltanet": GatedDeltaNet,
+    "gla": GLA,
 }
 
 

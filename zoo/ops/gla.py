@@ -1,0 +1,101 @@
+"""Gated linear attention (Yang et al., 2023): a matrix state with a data-dependent
+decay per key channel, in fla's ``chunk_gla`` layout.
+
+Layout and semantics are those of flash-linear-attention's ``naive_recurrent_gla``
+(q, k, gk: (B, L, H, K); v: (B, L, H, V); state (B, H, K, V)):
+
+    S_t = diag(exp(gk_t)) S_{t-1} + k_t^T v_t
+    o_t = (scale * q_t) S_t                       (read AFTER the update)
+
+with gk the LOG decay (gk <= 0) and scale defaulting to K^-0.5 as in fla.
+
+Three forms, each checkable against the others:
+- ``gla_ref``: the recurrence one step at a time, the readable definition;
+- ``gla_chunked``: the same on the RWKV-6 chunk core (zoo.ops.rwkv6), linear in L;
+- ``gla``: fla's fused ``chunk_gla`` on CUDA when usable, else ``gla_chunked``.
+
+Mapping onto the RWKV-6 core. RWKV-6 reads the state BEFORE the update and adds the
+current token through a constant bonus u (H, K):
+
+    RWKV-6:  o_t = q'_t S_{t-1} + (q'_t . (u * k_t)) v_t      (same S_t recurrence)
+    GLA:     o_t = q_t S_t = (q_t * exp(gk_t)) S_{t-1} + (q_t . k_t) v_t
+
+The past term matches with q' = q * exp(gk_t) (the current step's decay moved into
+the query; exp(gk) <= 1, so this cannot overflow). The current-token term then needs
+q'_t . (u * k_t) = q_t . k_t, i.e. u = exp(-gk_t): a PER-STEP value, which a constant
+bonus cannot be. (RetNet gets away with u = 1/gamma because its decay is constant; u = 1
+here would give q_t . (exp(gk_t) * k_t), decaying the current token once too often.)
+So we run the core with u = 0 and add the diagonal term (q_t . k_t) v_t ourselves: it
+is elementwise, O(L K V) like the rest, and makes the mapping exact. The state
+recurrence is the same in both (w = gk), so initial and final states carry over as
+they are. Every exponent the core forms is a sum of gk's, so strong decays
+(gk ~ -20 per step) stay finite, as tests/test_gla.py checks.
+"""
+from __future__ import annotations
+
+import torch
+
+from .fastpath import Kernel
+from .rwkv6 import rwkv6_scan_torch
+
+CHUNK_GLA = Kernel("fla.ops.gla", "chunk_gla", "flash-linear-attention", "0.2.0",
+                   "the (B, L, H, K) layout; 0.1.x read it as head-first")
+
+
+def gla_backend(x: torch.Tensor) -> str:
+    """The implementation ``gla`` runs for inputs like ``x``."""
+    return "fla" if CHUNK_GLA.usable(x) else "torch_chunked"
+
+
+def gla_ref(q, k, v, gk, scale=None, initial_state=None, output_final_state=False):
+    """Step-by-step GLA recurrence (the definition; O(L) Python steps).
+    q, k, gk: (B, L, H, K); v: (B, L, H, V); initial_state: (B, H, K, V).
+    Returns (o (B, L, H, V) in v's dtype, final state (B, H, K, V) in the
+    accumulation dtype, fp32 or fp64, or None)."""
+    B, L, H, K = q.shape
+    V = v.shape[-1]
+    scale = K ** -0.5 if scale is None else scale
+    out_dtype, acc = v.dtype, torch.promote_types(v.dtype, torch.float32)
+    q, k, v, gk = (t.to(acc) for t in (q, k, v, gk))
+    S = q.new_zeros(B, H, K, V) if initial_state is None else initial_state.to(acc)
+    outs = []
+    for t in range(L):
+        kv = k[:, t, :, :, None] * v[:, t, :, None, :]  # (B, H, K, V)
+        S = gk[:, t, :, :, None].exp() * S + kv  # decay per key row, then write
+        outs.append(torch.einsum("bhk,bhkv->bhv", q[:, t] * scale, S))  # read after
+    return torch.stack(outs, dim=1).to(out_dtype), (S if output_final_state else None)
+
+
+def gla_chunked(q, k, v, gk, scale=None, initial_state=None, output_final_state=False,
+                chunk_size=16):
+    """GLA through ``rwkv6_scan_torch`` (u = 0) plus the current-token term; exact (see
+    the module docstring). Same arguments and returns as ``gla_ref``; ``chunk_size``
+    is the core's (its (C, C, K) pairwise-decay tensor keeps it small)."""
+    K = q.shape[-1]
+    scale = K ** -0.5 if scale is None else scale
+    out_dtype, acc = v.dtype, torch.promote_types(v.dtype, torch.float32)
+    q, k, v, gk = (t.to(acc) for t in (q, k, v, gk))
+    H = q.shape[2]
+
+    def heads(t):  # (B, L, H, X) -> (B, H, L, X), the core's layout
+        return t.transpose(1, 2)
+
+    # v in acc so that the core returns o unrounded and the sum below rounds once
+    o, S = rwkv6_scan_torch(heads(q * gk.exp()), heads(k), heads(v), heads(gk),
+                            q.new_zeros(H, K), scale, initial_state, output_final_state,
+                            chunk_size)  # o: (B, H, L, V)
+    diag = scale * (q * k).sum(-1, keepdim=True) * v  # (B, L, H, V): (q_t . k_t) v_t
+    return (heads(o) + diag).to(out_dtype), S
+
+
+def gla(q, k, v, gk, scale=None, initial_state=None, output_final_state=False,
+        chunk_size=16):
+    """GLA recurrence; fla's ``chunk_gla`` on CUDA when usable, else ``gla_chunked``.
+    Same arguments and returns as ``gla_chunked`` (fla picks its own chunk size)."""
+    if gla_backend(q) == "torch_chunked":
+        return gla_chunked(q, k, v, gk, scale, initial_state, output_final_state, chunk_size)
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    # chunk_gla asserts an fp32 initial state (it accumulates the state in fp32)
+    h0 = None if initial_state is None else initial_state.float()
+    return CHUNK_GLA(q, k, v, gk, scale=scale, initial_state=h0,
+                     output_final_state=output_final_state)
