@@ -98,12 +98,15 @@ def parser() -> argparse.ArgumentParser:
 
 
 def distinguishing(runs) -> dict[str, str]:
-    """{run_id: "seed=1 train.lr=0.001"}: the config fields whose values differ across
-    the runs, so a dry-run list tells apart runs that share a label."""
-    flat = {run.run_id: _flatten(canonical(run.config)) for run in runs}
-    keys = sorted({k for f in flat.values() for k in f})
-    varying = [k for k in keys if len({repr(f.get(k)) for f in flat.values()}) > 1]
-    return {rid: " ".join(f"{k}={f.get(k)}" for k in varying) for rid, f in flat.items()}
+    """{run_id: "seed=1 train.lr=0.001"}: the config fields whose values differ between
+    runs of the same label, so a dry-run list tells them apart."""
+    out = {}
+    for name in dict.fromkeys(run.name for run in runs):
+        flat = {run.run_id: _flatten(canonical(run.config)) for run in runs if run.name == name}
+        keys = sorted({k for f in flat.values() for k in f})
+        varying = [k for k in keys if len({repr(f.get(k)) for f in flat.values()}) > 1]
+        out.update({rid: " ".join(f"{k}={f.get(k)}" for k in varying) for rid, f in flat.items()})
+    return out
 
 
 def _flatten(obj, prefix="") -> dict:

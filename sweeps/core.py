@@ -46,11 +46,12 @@ def identity(config: Any) -> Any:
     machine and how often a run checkpoints and reports. A cache folder never changes a
     result; a data folder only matters as "local copy" against "the hub" (an offline SNLI
     run trains on a different split). ``checkpoint_every`` hashes as its default 0, so the
-    ids of runs made before it stopped counting (with the default) stay the same."""
+    ids of runs made before it stopped counting (with the default) stay the same; a
+    ModelConfig's ``hybrid`` only counts when set, for the same reason."""
     if isinstance(config, dict):
         out = {}
         for key, value in config.items():
-            if key in ("cache_dir", "checkpoint_minutes", "log_every_s"):
+            if key in ("cache_dir", "checkpoint_minutes", "log_every_s") or (key == "hybrid" and not value):
                 continue
             if key == "checkpoint_every":
                 out[key] = 0

@@ -7,7 +7,8 @@ word-level training split (the paper's bert-base-uncased ids need the hub, and a
 33k-word softmax would take most of a CPU's time). Every mixer is resized (``auto``:
 d_model, else d_ff) to the TransformerLM's parameter count without embeddings, within
 2%, the Grassmann mixer included (the paper's 6-layer reading: offsets 1..16 in every
-layer, the exact ``factored`` implementation). Each run sees BUDGET training tokens
+layer, the exact ``factored`` implementation), and two hybrids whose second layer is
+attention (does one attention layer give a local or a linear mixer recall?). Each run sees BUDGET training tokens
 (about a third of an epoch) and is scored on the first EVAL tokens of valid and test.
 This is a short-budget ranking, not the paper's 30-epoch result.
 
@@ -20,11 +21,16 @@ SEEDS = (0, 1, 2)
 BUDGET = 800_000
 EVAL = 65_536
 PEERS = {"sliding_window": {"n_heads": 4, "window": 16}, "mamba": {}, "mamba2": {}, "rwkv6": {},
-         "retnet": {"n_heads": 4}, "grassmann": {"impl": "factored"}}
+         "retnet": {"n_heads": 4}, "grassmann": {"impl": "factored"},
+         "gated_deltanet": {"n_heads": 4}, "gla": {"n_heads": 4}}
+# Hybrids: at 2 layers, the first runs the mixer and the second attention.
+ATTENTION_LAYER = {"hybrid": {"mixer": "attention", "every": 2, "options": {"n_heads": 4}}}
+HYBRIDS = {"gated_deltanet+attention": ("gated_deltanet", PEERS["gated_deltanet"], ATTENTION_LAYER),
+           "grassmann+attention": ("grassmann", PEERS["grassmann"], ATTENTION_LAYER)}
 
 base = paper_model_config("attention", "cpu-2L")
 models = matched_models(base, {"attention": ("attention", base.mixer_options),
-                               **{m: (m, o) for m, o in PEERS.items()}}, knob="auto")
+                               **{m: (m, o) for m, o in PEERS.items()}, **HYBRIDS}, knob="auto")
 configs = []
 for label, model in models.items():
     for seed in SEEDS:

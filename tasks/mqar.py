@@ -161,7 +161,8 @@ def run(cfg: MQARConfig, workdir: Path | None = None, progress: bool = True) -> 
     device = cfg.train.resolve_device()
     return {
         "task": "mqar", "status": res.status, "seed": cfg.seed,
-        "mixer": cfg.model.mixer, "mixer_options": json.dumps(cfg.model.mixer_options, sort_keys=True),
+        "mixer": cfg.model.name, "layout": cfg.model.layout,
+        "mixer_options": json.dumps(cfg.model.mixer_options, sort_keys=True),
         "d_model": cfg.model.d_model, "n_layers": cfg.model.n_layers, "lr": cfg.train.lr,
         "seq_len": cfg.seq_len, "num_kv_pairs": cfg.num_kv_pairs, "vocab_size": cfg.vocab_size,
         "accuracy": res.best,  # best evaluation, as Zoology reports its sweeps

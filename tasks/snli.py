@@ -204,7 +204,8 @@ def run(cfg: SNLIConfig, workdir: Path | None = None, progress: bool = True) -> 
         refuse_non_causal(lm)  # last-token pooling is only sound if no token sees its successors
         torch.manual_seed(cfg.seed)  # the classifier's init, then the dropout of training
         model = LMClassifier(lm, cfg.pool)
-        what = {"mixer": lm.cfg.mixer, "mixer_options": json.dumps(lm.cfg.mixer_options, sort_keys=True),
+        what = {"mixer": lm.cfg.name, "layout": lm.cfg.layout,
+                "mixer_options": json.dumps(lm.cfg.mixer_options, sort_keys=True),
                 "d_model": lm.cfg.d_model, "n_layers": lm.cfg.n_layers, "pool": cfg.pool}
     else:
         encoder = distilbert(cfg, tok.vocab_size, pad_id)

@@ -205,7 +205,8 @@ def run(cfg: WikiText2Config, workdir: Path | None = None, progress: bool = True
     return {
         "task": "wikitext2", "preset": cfg.preset,
         "setting": f"{mcfg.n_layers}L/{L}",  # as the published rows name theirs: layers/context
-        "mixer": mcfg.mixer, "mixer_options": json.dumps(mcfg.mixer_options, sort_keys=True),
+        "mixer": mcfg.name, "layout": mcfg.layout,
+        "mixer_options": json.dumps(mcfg.mixer_options, sort_keys=True),
         "d_model": mcfg.d_model, "n_layers": mcfg.n_layers, "seed": cfg.seed, "status": result.status,
         "variant": cfg.variant, "data_source": corpus["data_source"], "tokenizer": corpus["tokenizer"],
         "vocab_size": corpus["vocab_size"], "seq_len": L, "batch_size": B,

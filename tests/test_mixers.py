@@ -85,3 +85,56 @@ def test_state_size_is_reported(name):
     m = MIXERS[name](D)
     short, long = m.state_size(256), m.state_size(4096)
     assert isinstance(short, int) and 0 < short <= long
+
+
+# --- hybrid stacks: the same invariants for models whose layers mix two mixers ---------
+
+HYBRIDS = {"gated_deltanet+attention": ("gated_deltanet", {"mixer": "attention", "every": 2}),
+           "grassmann+attention": ("grassmann", {"mixer": "attention", "every": 2})}
+
+
+def hybrid_model(name: str, **kw) -> zoo.ModelConfig:
+    mixer, hybrid = HYBRIDS[name]
+    return small_model(mixer, hybrid=hybrid, **kw)
+
+
+@pytest.mark.parametrize("name", sorted(HYBRIDS))
+@pytest.mark.parametrize("block", ["prenorm", "postnorm"])
+def test_hybrid_is_causal_and_runs_both_mixers(name, block):
+    cfg = hybrid_model(name, block=block, n_layers=4)
+    model = zoo.build_model(cfg, seed=0)
+    zoo.assert_causal(model)
+    base, other = name.split("+")
+    assert cfg.name == name and cfg.layout == f"{base}+{other}+{base}+{other}"
+    assert [type(b.mixer).name for b in model.blocks] == [base, other, base, other]
+    logits = model(torch.randint(cfg.vocab_size, (2, 37)))
+    assert logits.shape == (2, 37, cfg.vocab_size) and torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize("name", sorted(HYBRIDS))
+def test_hybrid_has_no_dead_parameters(name):
+    model = zoo.build_model(hybrid_model(name), seed=0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    model(torch.randint(97, (2, 19))).square().mean().backward()
+    dead = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    assert not dead, f"{name}: parameters without gradient: {dead}"
+
+
+@pytest.mark.parametrize("name", sorted(HYBRIDS))
+def test_hybrid_is_matched_to_attention(name):
+    base = zoo.ModelConfig(vocab_size=1000, d_model=128, n_layers=4, d_ff=512, max_len=128)
+    mixer, hybrid = HYBRIDS[name]
+    match = zoo.match_params(base, mixer, knob="auto", tol=0.02, hybrid=hybrid)
+    assert abs(match.rel_diff) <= 0.02 and match.config.name == name
+    assert zoo.count_params(zoo.build_model(match.config)) == match.params
+
+
+def test_hybrid_config_names_the_bad_field():
+    with pytest.raises(ValueError, match="hybrid\\['every'\\]=5 must be an integer from 1 to n_layers=2"):
+        small_model("gla", hybrid={"mixer": "attention", "every": 5})
+    with pytest.raises(ValueError, match="hybrid\\['mixer'\\]='attn' is not valid"):
+        small_model("gla", hybrid={"mixer": "attn", "every": 2})
+    with pytest.raises(ValueError, match="unknown option\\(s\\) \\['window'\\] for mixer 'attention'"):
+        small_model("gla", hybrid={"mixer": "attention", "every": 2, "options": {"window": 3}})

@@ -30,6 +30,10 @@ class ModelConfig(StrictConfig):
     # Per-layer overrides merged over mixer_options, e.g. the paper's 12-layer
     # Grassmann pattern [{"offsets": (1,)}, {"offsets": (1,)}, {"offsets": (2,)}, ...].
     layer_options: tuple = ()
+    # A hybrid stack: the last layer of every group of `every` runs another mixer, e.g.
+    # {"mixer": "attention", "every": 4, "options": {"n_heads": 4}} (3 of `mixer`, then
+    # attention, repeated). {}: every layer runs `mixer`.
+    hybrid: dict = field(default_factory=dict)
     d_ff: int | None = None  # None: the mixer's convention (4 * d_model, or none for Mamba); 0: no MLP
     activation: str = "gelu"
     norm: str = "layernorm"  # or "rmsnorm"
@@ -54,13 +58,18 @@ class ModelConfig(StrictConfig):
             raise ValueError(
                 f"{own}: layer_options has {len(self.layer_options)} entries for n_layers={self.n_layers}"
             )
-        valid = MIXERS[self.mixer].option_names
-        for opts in (self.mixer_options, *self.layer_options):
-            unknown = sorted(set(opts) - set(valid))
-            if unknown:
-                raise ValueError(
-                    f"{own}: unknown option(s) {unknown} for mixer {self.mixer!r}; valid options: {sorted(valid)}"
-                )
+        _check_options(own, self.mixer, self.mixer_options, *self.layer_options)
+        if self.hybrid:
+            unknown = sorted(set(self.hybrid) - {"mixer", "every", "options"})
+            if unknown or "mixer" not in self.hybrid or "every" not in self.hybrid:
+                raise ValueError(f"{own}: hybrid={self.hybrid!r} needs 'mixer' and 'every' (and "
+                                 f"optionally 'options'); unknown keys: {unknown}")
+            check_choice(own, "hybrid['mixer']", self.hybrid["mixer"], sorted(MIXERS))
+            every = self.hybrid["every"]
+            if not isinstance(every, int) or isinstance(every, bool) or not 1 <= every <= self.n_layers:
+                raise ValueError(f"{own}: hybrid['every']={every!r} must be an integer from 1 to "
+                                 f"n_layers={self.n_layers}")
+            _check_options(own, self.hybrid["mixer"], self.hybrid.get("options", {}))
 
     @property
     def ffn_width(self) -> int:
@@ -70,6 +79,39 @@ class ModelConfig(StrictConfig):
 
     def options_for_layer(self, i: int) -> dict:
         return {**self.mixer_options, **(self.layer_options[i] if self.layer_options else {})}
+
+    def mixer_for_layer(self, i: int) -> tuple[str, dict]:
+        """(mixer name, options) of layer i."""
+        if self.hybrid and (i + 1) % self.hybrid["every"] == 0:
+            return self.hybrid["mixer"], dict(self.hybrid.get("options", {}))
+        return self.mixer, self.options_for_layer(i)
+
+    @property
+    def name(self) -> str:
+        """The model's mixer as results name it: "gated_deltanet+attention" for a hybrid."""
+        return f"{self.mixer}+{self.hybrid['mixer']}" if self.hybrid else self.mixer
+
+    @property
+    def layout(self) -> str:
+        """The layer stack, runs compressed: "gated_deltanet*3+attention+gated_deltanet*3+attention"."""
+        names = [self.mixer_for_layer(i)[0] for i in range(self.n_layers)]
+        runs = []
+        for name in names:
+            if runs and runs[-1][0] == name:
+                runs[-1][1] += 1
+            else:
+                runs.append([name, 1])
+        return "+".join(name if n == 1 else f"{name}*{n}" for name, n in runs)
+
+
+def _check_options(own: str, mixer: str, *option_dicts) -> None:
+    valid = MIXERS[mixer].option_names
+    for opts in option_dicts:
+        unknown = sorted(set(opts) - set(valid))
+        if unknown:
+            raise ValueError(
+                f"{own}: unknown option(s) {unknown} for mixer {mixer!r}; valid options: {sorted(valid)}"
+            )
 
 
 class RMSNorm(nn.Module):
@@ -110,7 +152,8 @@ class Block(nn.Module):
         super().__init__()
         self.prenorm = cfg.block == "prenorm"
         self.norm1 = make_norm(cfg)
-        self.mixer = build_mixer(cfg.mixer, cfg.d_model, **cfg.options_for_layer(layer))
+        name, options = cfg.mixer_for_layer(layer)
+        self.mixer = build_mixer(name, cfg.d_model, **options)
         self.mlp = MLP(cfg.d_model, cfg.ffn_width, cfg.activation, cfg.dropout) if cfg.ffn_width else None
         self.norm2 = make_norm(cfg) if self.mlp is not None else None
         self.drop = nn.Dropout(cfg.dropout)

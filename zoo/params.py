@@ -41,7 +41,7 @@ class Match:
         return (self.params - self.base_params) / self.base_params
 
     def __str__(self) -> str:
-        return (f"{self.config.mixer}: {self.knob}={self.value} -> {self.params:,} params "
+        return (f"{self.config.name}: {self.knob}={self.value} -> {self.params:,} params "
                 f"vs base {self.base_params:,} ({self.rel_diff:+.2%})")
 
 
