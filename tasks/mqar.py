@@ -178,12 +178,22 @@ def run(cfg: MQARConfig, workdir: Path | None = None, progress: bool = True) -> 
 
 # Grids as data; ``grid_configs`` (or a sweep file) turns them into MQARConfigs.
 # As in Zoology, blocks have no MLP (d_ff=0), attention has one head and learned
-# positions, and the other mixers get no position embeddings.
+# positions, and the other mixers get no position embeddings (``zoo_positions``).
+# ``mixer_options`` are the recipe's settings for named mixers; any other mixer keeps
+# its own defaults.
 ZOO_CONVENTIONS = {
     "d_ff": 0, "n_layers": 2,
-    "learned_positions": ["attention", "sliding_window"],
     "mixer_options": {"attention": {"n_heads": 1}, "sliding_window": {"n_heads": 1}},
 }
+
+
+def zoo_positions(mixer: str) -> str:
+    """Zoology's rule: learned positions for the mixers that are blind to token order
+    without them (softmax attention and its local form), none for the others. Asked of
+    the mixer (``Mixer.needs_positions``), so a new mixer needs no entry here."""
+    cls = zoo.MIXERS.get(mixer)  # an unknown name is refused by ModelConfig, with the valid ones
+    return "learned" if cls is not None and cls.needs_positions else "none"
+
 
 # Runs on CPU in minutes: ~1 min per (mixer, point, lr) on one core.
 LOCAL_GRID = {
@@ -220,7 +230,7 @@ def grid_configs(grid: dict, mixer: str, mixer_options: dict | None = None, seed
     """One MQARConfig per (point, d_model, lr) of ``grid`` for ``mixer``. ``overrides``
     replace top-level MQARConfig fields (e.g. ``cache_dir``)."""
     options = {**grid["mixer_options"].get(mixer, {}), **(mixer_options or {})}
-    positions = "learned" if mixer in grid["learned_positions"] else "none"
+    positions = zoo_positions(mixer)
     out = []
     for point in grid["points"]:
         L, V, bs = point["seq_len"], point["vocab_size"], point["batch_size"]
@@ -267,7 +277,7 @@ def main(argv=None) -> None:
     rows = []
     base = MQARConfig()
     for name, options in parse_mixers(args.mixers):
-        positions = "learned" if name in ZOO_CONVENTIONS["learned_positions"] else "none"
+        positions = zoo_positions(name)
         options = {**ZOO_CONVENTIONS["mixer_options"].get(name, {}), **options}
         model = base.model.replace(vocab_size=args.vocab, d_model=args.d_model, max_len=args.seq_len,
                                    mixer=name, mixer_options=options, positions=positions)

@@ -48,8 +48,13 @@ PAPER = dict(d_model=256, d_ff=1024, n_heads=4, epochs=30, dropout=0.1)
 # The 12-layer GrassmannLM's one offset per layer (1,1,2,2,...,16,16); the 6-layer one
 # uses all of (1,2,4,8,12,16) in every layer, the zoo mixer's default.
 GRASSMANN_12L_OFFSETS = (1, 1, 2, 2, 4, 4, 8, 8, 12, 12, 16, 16)
-# mixers whose n_heads the preset sets
-HEADED = ("attention", "sliding_window", "retnet", "gated_deltanet", "gla")
+
+
+def takes_heads(mixer: str) -> bool:
+    """Whether the preset sets ``n_heads`` for ``mixer``: for every mixer that has that
+    option (read from its own __init__), so a new mixer needs no entry here."""
+    cls = zoo.MIXERS.get(mixer)  # an unknown name is refused by ModelConfig, with the valid ones
+    return cls is not None and "n_heads" in cls.option_names
 
 
 def paper_model_config(mixer: str = "attention", preset: str = "paper-6L", vocab_size: int = 30522,
@@ -59,7 +64,7 @@ def paper_model_config(mixer: str = "attention", preset: str = "paper-6L", vocab
     ``zoo.match_params(paper_model_config("attention", preset), mixer)``."""
     check_choice("paper_model_config", "preset", preset, sorted(PRESETS))
     p = {**PAPER, **PRESETS[preset]}
-    options = {"n_heads": p["n_heads"]} if mixer in HEADED else {}
+    options = {"n_heads": p["n_heads"]} if takes_heads(mixer) else {}
     layers = ()
     if mixer == "grassmann" and p["n_layers"] == len(GRASSMANN_12L_OFFSETS):
         layers = tuple({"offsets": (o,)} for o in GRASSMANN_12L_OFFSETS)

@@ -1,23 +1,18 @@
-"""rwkv6_scan (chunked) against a step-by-step loop; RetNet's retention through it."""
+"""rwkv6_scan (chunked) against the step-by-step loop the library ships beside it
+(zoo.ops.rwkv6_scan_ref); RetNet's retention through it, against retention_ref."""
 import pytest
 import torch
 
-from zoo.mixers.retnet import RetNet, retention
+from zoo.mixers.retnet import RetNet, retention, retention_ref
 from zoo.mixers.rwkv6 import RWKV6
-from zoo.ops import rwkv6_scan
+from zoo.ops import rwkv6_scan, rwkv6_scan_ref
 
 B, H, K, V = 2, 2, 4, 3
 
 
 def loop_rwkv6(q, k, v, w, u, scale, initial_state):
-    """One step at a time: o_t = (scale q_t) . (S + (u k_t)^T v_t); S <- exp(w_t) S + k_t^T v_t."""
-    S = initial_state.clone()  # (B, H, K, V)
-    outs = []
-    for t in range(q.shape[2]):
-        kv = k[:, :, t, :, None] * v[:, :, t, None, :]  # (B, H, K, V)
-        outs.append(torch.einsum("bhk,bhkv->bhv", q[:, :, t] * scale, S + u[..., None] * kv))
-        S = w[:, :, t, :, None].exp() * S + kv
-    return torch.stack(outs, dim=2), S
+    """(o, final state) of the step-by-step reference."""
+    return rwkv6_scan_ref(q, k, v, w, u, scale, initial_state, output_final_state=True)
 
 
 def make_inputs(L, strong, dtype=torch.float64, seed=0):
@@ -56,7 +51,8 @@ def test_defaults_scale_and_no_state():
     q, k, v, w, u, _ = make_inputs(9, strong=False)
     o, S = rwkv6_scan(q, k, v, w, u, scale=0.7)
     assert S is None
-    o_ref, _ = loop_rwkv6(q, k, v, w, u, 0.7, torch.zeros(B, H, K, V, dtype=q.dtype))
+    o_ref, S_ref = rwkv6_scan_ref(q, k, v, w, u, scale=0.7)  # no initial state: zeros
+    assert S_ref is None
     torch.testing.assert_close(o, o_ref, rtol=1e-10, atol=1e-10)
 
 
@@ -91,13 +87,9 @@ def test_retention_through_rwkv6_scan_matches_loop():
     h0 = torch.randn(B, H, Kr, Vr, generator=g, dtype=torch.float64)
     o, S_fin = retention(q, k, v, gamma.log(), initial_state=h0, output_final_state=True,
                          chunk_size=16)
-
-    S = h0
-    o_ref = []
-    for t in range(L):  # S_t = gamma S_{t-1} + k_t^T v_t;  o_t = q_t S_t (scale K^-0.5)
-        S = gamma[:, None, None] * S + k[:, :, t, :, None] * v[:, :, t, None, :]
-        o_ref.append(torch.einsum("bhk,bhkv->bhv", q[:, :, t] * Kr ** -0.5, S))
-    torch.testing.assert_close(o, torch.stack(o_ref, dim=2), rtol=1e-10, atol=1e-10)
+    # S_t = gamma S_{t-1} + k_t^T v_t;  o_t = q_t S_t (scale K^-0.5), one step at a time
+    o_ref, S = retention_ref(q, k, v, gamma.log(), initial_state=h0, output_final_state=True)
+    torch.testing.assert_close(o, o_ref, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(S_fin, S, rtol=1e-10, atol=1e-10)
 
 

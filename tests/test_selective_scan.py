@@ -1,5 +1,5 @@
-"""The selective scan against a step-by-step loop written here, and the Mamba mixer's
-construction (init, options, state size).
+"""The selective scan against the step-by-step loop the library ships beside it
+(zoo.ops.selective_scan_ref), and the Mamba mixer's construction (init, options, state size).
 
 The reference follows the recurrence literally, one time step at a time, in float64:
     h_t = exp(delta_t * A) * h_{t-1} + delta_t * B_t * u_t;  y_t = <C_t, h_t> + D u_t;  y_t *= silu(z_t)
@@ -11,37 +11,13 @@ import torch
 import torch.nn.functional as F
 
 from zoo.mixers.mamba import Mamba
-from zoo.ops import selective_scan
-from zoo.ops.selective_scan import selective_scan_chunked
+from zoo.ops import selective_scan, selective_scan_chunked, selective_scan_ref
 
 
 def loop_reference(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False):
-    batch, dim, L = u.shape
-    if delta_bias is not None:
-        delta = delta + delta_bias[:, None]
-    if delta_softplus:
-        delta = torch.log1p(torch.exp(delta))
-
-    def at_step(X, t):  # -> (batch or 1, dim or 1, dstate)
-        if X.dim() == 2:  # time-invariant (dim, dstate)
-            return X[None]
-        if X.dim() == 3:  # (batch, dstate, L): one vector shared by all channels
-            return X[:, None, :, t]
-        group_of_channel = torch.arange(dim) // (dim // X.shape[1])
-        return X[:, group_of_channel, :, t]
-
-    h = torch.zeros(batch, dim, A.shape[1], dtype=u.dtype)
-    ys = []
-    for t in range(L):
-        dt = delta[:, :, t, None]  # (batch, dim, 1)
-        h = torch.exp(dt * A) * h + dt * at_step(B, t) * u[:, :, t, None]
-        y = (h * at_step(C, t)).sum(-1)
-        if D is not None:
-            y = y + D * u[:, :, t]
-        if z is not None:
-            y = y * z[:, :, t] * torch.sigmoid(z[:, :, t])
-        ys.append(y)
-    return torch.stack(ys, dim=-1), h
+    """(out, last state) of the library's step-by-step reference."""
+    return selective_scan_ref(u, delta, A, B, C, D, z, delta_bias, delta_softplus,
+                              return_last_state=True)
 
 
 def make_inputs(L, batch=2, dim=4, dstate=3, bc="variable", with_D=True, with_z=True,

@@ -1,36 +1,17 @@
-"""The chunked SSD scan and the Mamba-2 mixer against a step-by-step recurrence."""
+"""The chunked SSD scan and the Mamba-2 mixer against the step-by-step recurrence the
+library ships beside it (zoo.ops.ssd_scan_ref)."""
 import pytest
 import torch
 import torch.nn.functional as F
 
 from zoo.mixers.mamba2 import Mamba2
-from zoo.ops.ssd import segsum, ssd_scan, ssd_scan_chunked
+from zoo.ops import ssd_scan, ssd_scan_chunked, ssd_scan_ref
+from zoo.ops.ssd import segsum
 
 
-def ssd_recurrence(x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False,
-                   initial_states=None):
-    """One step at a time, exactly as the Mamba-2 paper writes the SSM:
-    H_t = exp(dt_t A) H_{t-1} + dt_t x_t B_t^T,  y_t = H_t C_t + D x_t,  y_t *= silu(z_t)."""
-    b, L, h, p = x.shape
-    g, n = B.shape[-2:]
-    group = torch.arange(h) // (h // g)  # the B/C group each head reads
-    if dt_bias is not None:
-        dt = dt + dt_bias
-    if dt_softplus:
-        dt = F.softplus(dt)
-    H = x.new_zeros(b, h, p, n) if initial_states is None else initial_states
-    ys = []
-    for t in range(L):
-        Bt, Ct = B[:, t, group], C[:, t, group]  # (b, h, n)
-        decay = torch.exp(dt[:, t] * A)  # (b, h)
-        H = decay[..., None, None] * H + (dt[:, t, :, None] * x[:, t])[..., None] * Bt[:, :, None, :]
-        y = (H * Ct[:, :, None, :]).sum(-1)  # (b, h, p)
-        if D is not None:
-            y = y + x[:, t] * (D[:, None] if D.dim() == 1 else D)
-        if z is not None:
-            y = y * F.silu(z[:, t])
-        ys.append(y)
-    return torch.stack(ys, dim=1), H
+def ssd_recurrence(*args, **kw):
+    """(y, final state) of the library's step-by-step reference, zoo.ops.ssd_scan_ref."""
+    return ssd_scan_ref(*args, **kw, return_final_states=True)
 
 
 def make_inputs(b=2, L=7, h=4, p=3, g=1, n=5, D_hdim=False, seed=0, dtype=torch.float64):

@@ -80,6 +80,8 @@ class Attention(Mixer):
 
     name = "attention"
     fast_path = "flash_attn (CUDA, fp16/bf16); else torch SDPA"
+    needs_positions = True  # order-blind without positions, apart from the causal mask
+    bwd_ratio = 2.5  # FlashAttention's convention: its backward recomputes the scores
 
     def __init__(self, d_model: int, n_heads: int = 4, backend: str = "auto", bias: bool = True):
         super().__init__()
@@ -133,6 +135,14 @@ class Attention(Mixer):
                 y = local_attention(q, k, v, self.window)
             y = y.transpose(1, 2)  # (B, L, H, Dh)
         return self.out(y.reshape(B, L, D))
+
+    def core_flops(self, B: int, L: int) -> float:
+        # FlashAttention's benchmark formula: q.k and p.v, causal attention doing half the
+        # L^2 work. A formula, not FlopCounterMode: that counts SDPA unmasked on meta
+        # tensors, not at all on CPU (no formula for its CPU kernel), and the local path's
+        # (T, 2T) blocks rather than the window + 1 keys each query needs.
+        pairs = L * L / 2 if self.window is None else L * min(L / 2, self.window + 1)  # (query, key) pairs
+        return 4 * B * pairs * self.d_model  # q.k and p.v: 2 FLOPs per pair per channel each
 
     def state_size(self, seq_len: int) -> int:
         return 2 * self.d_model * seq_len  # the KV cache grows with L

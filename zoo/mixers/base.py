@@ -5,19 +5,35 @@ A mixer is an ``nn.Module`` built as ``Mixer(d_model, **options)`` that maps
 Options are the keyword arguments of the subclass's ``__init__``; anything else is
 refused with a ValueError that lists the valid names, so a typo in a sweep file
 fails at construction instead of silently running the default.
+
+Everything the rest of linbench needs to know about a mixer is asked of the mixer, never
+kept in a list of mixer names elsewhere: its options (``option_names``, read by presets
+such as wikitext2's "n_heads for every mixer that takes it"), its cost (``core_flops``
+and ``bwd_ratio``, summed by tasks.flops), whether it needs position embeddings
+(``needs_positions``), its state (``state_size``) and which of its parameters take no
+weight decay (``p._no_weight_decay = True``, honoured by tasks.train). So a new mixer is
+one file and one registry line.
 """
 from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 
+import torch
 import torch.nn as nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from ..config import check_choice  # noqa: F401  (re-exported for the mixers)
+
+# Layers whose FLOPs tasks.flops counts from their weights (2 per weight per token), so a
+# mixer's core_flops leaves them out.
+DENSE = (nn.Linear, nn.Conv1d)
 
 
 class Mixer(nn.Module):
     name: str = "mixer"
+    option_names: tuple = ()  # the keyword options of __init__, set for each subclass below
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -55,6 +71,30 @@ class Mixer(nn.Module):
     # (Mamba's blocks conventionally have none).
     uses_mlp: bool = True
 
+    # Whether the mixer is blind to token order without position embeddings (softmax
+    # attention: apart from the causal mask, permuting the past permutes nothing).
+    # Recipes that give only such mixers positions (Zoology's MQAR) read it.
+    needs_positions: bool = False
+
+    # Backward FLOPs / forward FLOPs of the core (tasks.flops): 2 for matmul-like work
+    # (two products per product of the forward); attention says 2.5 (FlashAttention's
+    # convention: its backward recomputes the scores).
+    bwd_ratio: float = 2.0
+
+    def core_flops(self, B: int, L: int) -> float | None:
+        """Forward FLOPs on a (B, L) batch of everything the mixer runs outside its
+        nn.Linear / nn.Conv1d layers (tasks.flops counts those from their weights).
+        Conventions (tasks.flops): a multiply-add is 2 FLOPs, elementwise work is free.
+
+        Default: torch's ``FlopCounterMode`` on a forward over meta tensors (no memory, no
+        compute), minus what it counted inside the dense layers. It sees matmuls, bmm,
+        einsums and convolutions as the forward runs them: masked halves of a chunk's
+        products and padding included, elementwise recurrences (a selective scan) not at
+        all. A mixer whose cost that misstates overrides this with its formula, as every
+        shipped mixer does (README, "Adding a mixer"). Returns None (no estimate rather
+        than a wrong one) when the forward cannot run on meta tensors."""
+        return counted_core_flops(self, B, L)
+
     def state_size(self, seq_len: int) -> int:
         """Floats of recurrent/cache state one sequence needs at inference after
         ``seq_len`` tokens (zoology's convention: KV cache for attention, the
@@ -73,3 +113,49 @@ def check_divisible(name: str, d_model: int, n_heads: int) -> None:
         raise ValueError(
             f"{name}: d_model={d_model} is not divisible by n_heads={n_heads}"
         )
+
+
+def counted_core_flops(mixer: Mixer, B: int, L: int) -> float | None:
+    """``Mixer.core_flops``'s default: FlopCounterMode's count of a no-grad forward of
+    ``mixer`` on a meta (B, L, d_model) input, less the FLOPs it counted inside the
+    DENSE layers. The mixer's own weights stay where they are: the forward runs on meta
+    stand-ins (torch.func.functional_call), so a CUDA or CPU module costs nothing to
+    count and takes its portable path, as the estimate's conventions want."""
+    meta = {name: torch.empty_like(t, device="meta")
+            for name, t in [*mixer.named_parameters(), *mixer.named_buffers()]}
+    dtype = next((p.dtype for p in mixer.parameters() if p.is_floating_point()), torch.float32)
+    # a forward records the backend it ran; counting must not change what the mixer reports
+    saved = [(m, m.__dict__.get("backend")) for m in mixer.modules() if isinstance(m, Mixer)]
+    try:
+        x = torch.empty(B, L, mixer.d_model, device="meta", dtype=dtype)
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            torch.func.functional_call(mixer, meta, (x,))
+    except Exception as exc:  # data-dependent Python, a tensor made on another device, ...
+        warnings.warn(f"{mixer.name}: no FLOP estimate (a forward on meta tensors failed: "
+                      f"{type(exc).__name__}: {exc}); define core_flops", stacklevel=2)
+        return None
+    finally:
+        for m, backend in saved:
+            if backend is None:
+                m.__dict__.pop("backend", None)
+            else:
+                m.backend = backend
+    # The counter keys modules by path from the first module it saw, this mixer: its
+    # class name, then attribute names ("GLA.gk_proj.0"). A Linear has no children, so
+    # its count is its own matmul alone.
+    counts = counter.get_flop_counts()
+    root = type(mixer).__name__
+    dense = sum(sum(counts.get(f"{root}.{name}", {}).values())
+                for name, m in mixer.named_modules() if name and isinstance(m, DENSE))
+    return float(counter.get_total_flops() - dense)
+
+
+def chunked_linear_attention_flops(B: int, L: int, heads: int, K: int, V: int, chunk: int,
+                                   score_groups: int | None = None) -> int:
+    """Core FLOPs of chunked linear attention (SSD, RWKV-6, retention, GLA, the delta
+    rule's share): per token, scores against chunk/2 earlier tokens of its chunk (K each,
+    shared by ``score_groups`` if fewer than the heads) and their values (V), plus reading
+    and updating the K x V state. The useful work of the algorithm, not what a kernel
+    runs: FlopCounterMode would count the masked upper half of each chunk's products too."""
+    groups = heads if score_groups is None else score_groups
+    return B * L * (groups * chunk * K + heads * (chunk * V + 4 * K * V))

@@ -26,7 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..ops.delta_rule import delta_rule_backend, gated_delta_rule
-from .base import Mixer, check_positive
+from .base import Mixer, check_positive, chunked_linear_attention_flops
 
 
 def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -99,6 +99,15 @@ class GatedDeltaNet(Mixer):
         o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.norm_eps) * self.norm_weight.to(cdt)
         o = o * F.silu(gate.to(cdt).unflatten(-1, (H, V)))
         return self.out_proj(o.flatten(-2).to(x.dtype))
+
+    def core_flops(self, B: int, L: int) -> float:
+        # The chunked linear-attention work (scores, values, reading and updating the K x V
+        # state), plus what the delta rule adds per token: the keys' gram matrix in its chunk
+        # (chunk K), the triangular solve applied to [values | keys] (chunk (V + K)), and the
+        # state's prediction W S0 that corrects the values (2 K V).
+        K, V, C = self.head_dim, self.head_v_dim, self.chunk_size
+        return (chunked_linear_attention_flops(B, L, self.n_heads, K, V, C)
+                + B * L * self.n_heads * (C * K + C * (V + K) + 2 * K * V))
 
     def state_size(self, seq_len: int) -> int:
         # the per-head K x V delta-rule state plus the last d_conv - 1 inputs of the conv

@@ -22,7 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..ops.gla import gla, gla_backend
-from .base import Mixer, check_positive
+from .base import Mixer, check_positive, chunked_linear_attention_flops
 
 
 def _width(name: str, d_model: int, expand, what: str, n_heads: int) -> int:
@@ -93,6 +93,14 @@ class GLA(Mixer):
         o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.norm_eps)
         o = o * self.norm_weight.to(cdt) * F.silu(self.g_proj(x).view(B, L, H, Vh).to(cdt))
         return self.o_proj(o.reshape(B, L, self.value_dim).to(x.dtype))
+
+    def core_flops(self, B: int, L: int) -> float:
+        # The RWKV-6 chunk core (its low-rank gate is nn.Linear, counted with the dense
+        # weights), plus the current token's score q.k and value term that zoo.ops.gla adds
+        # beside the core (2K + 2V per token and head).
+        K, V = self.head_k_dim, self.head_v_dim
+        return (chunked_linear_attention_flops(B, L, self.n_heads, K, V, self.chunk_size)
+                + 2 * B * L * self.n_heads * (K + V))
 
     def state_size(self, seq_len: int) -> int:
         # one head_k_dim x head_v_dim matrix per head, whatever the length

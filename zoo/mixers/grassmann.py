@@ -216,6 +216,16 @@ class Grassmann(Mixer):
                 {name: run(IMPL_FNS[name]) for name in names}, z.device)
         return Grassmann.auto_choices[bucket][0]
 
+    def core_flops(self, B: int, L: int) -> float:
+        # The formula as the paper states it (the eager path), whatever ``impl`` ran: the
+        # factored / compiled / fused paths do less work for the same function, so their
+        # FLOP/s column is eager-equivalent throughput, not the arithmetic they performed.
+        # (FlopCounterMode would count the wedges not at all, elementwise, and W_plü twice:
+        # as the nn.Linear it is and as the F.linear the feature path calls on its weight.)
+        P = self.r * (self.r - 1) // 2  # Plücker coordinates per pair
+        # per offset: wedge 3P (2 mul + 1 sub), normalise 3P (square-sum + divide), sum P
+        return B * L * len(self.offsets) * P * (7 if self.normalize else 4)
+
     def state_size(self, seq_len: int) -> int:
         # The last max(Δ) reduced tokens z (the current h is input, not state). The
         # "future" pairing cannot stream without a max(Δ) delay; its buffer is the same.

@@ -91,6 +91,11 @@ class Mamba(Mixer):
                            chunk_size=self.chunk_size)  # (B, di, L)
         return self.out_proj(y.transpose(1, 2))
 
+    def core_flops(self, B: int, L: int) -> float:
+        # per (token, channel, state): exp(dt*A) 1, dt*B*x 2, h = dA*h + dBx 2, y += C*h 2.
+        # All elementwise: FlopCounterMode, which counts matmuls and convolutions, sees none of it.
+        return 7 * B * L * self.d_inner * self.d_state
+
     def state_size(self, seq_len: int) -> int:
         # The SSM state plus the last d_conv - 1 inputs of the convolution.
         return self.d_inner * self.d_state + self.d_inner * (self.d_conv - 1)

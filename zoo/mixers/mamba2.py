@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from ..ops.fastpath import Kernel
 from ..ops.ssd import ssd_backend, ssd_scan
-from .base import Mixer, check_positive
+from .base import Mixer, check_positive, chunked_linear_attention_flops
 from .mamba import CAUSAL_CONV1D_NEEDS
 
 MAMBA2_FUSED = Kernel("mamba_ssm.ops.triton.ssd_combined", "mamba_split_conv1d_scan_combined",
@@ -110,6 +110,12 @@ class Mamba2(Mixer):
         )  # (B, L, nheads, headdim)
         y = gated_rmsnorm(y.flatten(-2), z, self.norm_weight, self.norm_eps, self.ngroups)
         return self.out_proj(y)
+
+    def core_flops(self, B: int, L: int) -> float:
+        # SSD as chunked linear attention: d_state-wide scores shared by each group's heads,
+        # headdim-wide values (FlopCounterMode would add the chunks' masked halves, ~1.3x)
+        return chunked_linear_attention_flops(B, L, self.nheads, self.d_state, self.headdim,
+                                              self.chunk_size, self.ngroups)
 
     def state_size(self, seq_len: int) -> int:
         # The SSM state plus the last d_conv - 1 inputs of the conv; independent of L.

@@ -25,7 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..ops.rwkv6 import rwkv6_backend, rwkv6_scan
-from .base import Mixer, check_divisible, check_positive
+from .base import Mixer, check_divisible, check_positive, chunked_linear_attention_flops
 
 
 def retention(q, k, v, log_gamma, scale=None, initial_state=None, output_final_state=False,
@@ -47,6 +47,23 @@ def retention(q, k, v, log_gamma, scale=None, initial_state=None, output_final_s
     u = (1 / gamma)[:, None].expand(H, K)
     q = (q * gamma.view(H, 1, 1)).to(q.dtype)
     return rwkv6_scan(q, k, v, w, u, scale, initial_state, output_final_state, chunk_size)
+
+
+def retention_ref(q, k, v, log_gamma, scale=None, initial_state=None, output_final_state=False):
+    """Retention one step at a time (the readable reference for ``retention``, same
+    arguments and returns less ``chunk_size``): S_t = gamma S_{t-1} + k_t^T v_t, o_t = scale q_t S_t."""
+    B, H, L, K = q.shape
+    scale = K ** -0.5 if scale is None else scale
+    out_dtype, acc = v.dtype, torch.promote_types(v.dtype, torch.float32)
+    q, k, v = (t.to(acc) for t in (q, k, v))
+    gamma = log_gamma.to(acc).exp()[:, None, None]  # (H, 1, 1)
+    S = q.new_zeros(B, H, K, v.shape[-1]) if initial_state is None else initial_state.to(acc)
+    outs = []
+    for t in range(L):  # read after the update, unlike RWKV-6
+        S = gamma * S + k[:, :, t, :, None] * v[:, :, t, None, :]
+        outs.append(torch.einsum("bhk,bhkv->bhv", q[:, :, t] * scale, S))
+    o = torch.stack(outs, dim=2) if outs else v.new_zeros(B, H, 0, v.shape[-1])
+    return o.to(out_dtype), (S if output_final_state else None)
 
 
 def rope(x: torch.Tensor) -> torch.Tensor:
@@ -99,6 +116,11 @@ class RetNet(Mixer):
         y, _ = retention(q, k, v, self.log_gamma(x.device), chunk_size=self.chunk_size)
         y = self.group_norm(y.transpose(1, 2).reshape(B * L, -1)).view(B, L, -1)
         return self.out_proj(F.silu(self.g_proj(x)) * y)
+
+    def core_flops(self, B: int, L: int) -> float:
+        # retention on the chunked linear-attention core: keys D/H wide, values expand_v times that
+        K = self.d_model // self.n_heads
+        return chunked_linear_attention_flops(B, L, self.n_heads, K, self.expand_v * K, self.chunk_size)
 
     def state_size(self, seq_len: int) -> int:
         # one (D/H) x (expand_v D/H) matrix per head

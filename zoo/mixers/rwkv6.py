@@ -13,7 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..ops.rwkv6 import rwkv6_backend, rwkv6_scan
-from .base import Mixer, check_positive
+from .base import Mixer, check_positive, chunked_linear_attention_flops
 
 
 class RWKV6(Mixer):
@@ -92,6 +92,15 @@ class RWKV6(Mixer):
                           scale=1.0, chunk_size=self.chunk_size)  # (B, H, L, K)
         y = self.ln_x(y.transpose(1, 2).reshape(B * L, D)).view(B, L, D)
         return self.output(y * g)
+
+    def core_flops(self, B: int, L: int) -> float:
+        # The low-rank ddlerp and decay matrices (plain Parameters, not nn.Linear: counted
+        # here, 2 per weight per token), plus the chunked recurrence with K = V = head_size.
+        lora = sum(getattr(self, n).numel() for n in ("time_maa_w1", "time_maa_w2",
+                                                      "time_decay_w1", "time_decay_w2"))
+        K = self.head_size
+        return 2 * B * L * lora + chunked_linear_attention_flops(B, L, self.n_heads, K, K,
+                                                                 self.chunk_size)
 
     def state_size(self, seq_len: int) -> int:
         # per-head K x V matrix state + the previous token for the shift

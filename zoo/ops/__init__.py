@@ -1,10 +1,14 @@
 """Public scan cores, with the argument layouts of the established references
 (mamba_ssm's selective_scan_ref, flash-linear-attention's naive_recurrent_rwkv6)
-so they can be checked against them and swapped for the CUDA kernels."""
+so they can be checked against them and swapped for the CUDA kernels. Each scan comes
+in three forms with one signature: the op (the CUDA kernel when usable), its pure-PyTorch
+chunked form, and ``*_ref``, the recurrence one step at a time (no ``chunk_size``, except
+where it is positional: ``ssd_scan_ref`` takes and ignores it), which the tests prove the
+others against and a user can check a kernel against too."""
 from .delta_rule import gated_delta_rule, gated_delta_rule_chunked, gated_delta_rule_ref
 from .fastpath import KERNELS, Kernel, optional, status, torch_only
 from .gla import gla, gla_chunked, gla_ref
 from .grassmann import grassmann_features_factored, grassmann_features_fused
-from .rwkv6 import rwkv6_scan
-from .selective_scan import selective_scan
-from .ssd import ssd_scan
+from .rwkv6 import rwkv6_scan, rwkv6_scan_ref, rwkv6_scan_torch
+from .selective_scan import selective_scan, selective_scan_chunked, selective_scan_ref
+from .ssd import ssd_scan, ssd_scan_chunked, ssd_scan_ref

@@ -21,6 +21,7 @@ Every exponent above is a sum of w's, i.e. <= 0, so nothing can overflow however
 strong the decay: we never split exp(b_{t-1} - b_s) into exp(b_{t-1}) / exp(b_s),
 which is what makes the usual "divide k by the decay" trick blow up for w ~ -20.
 The price is a (C, C, K) pairwise-decay tensor per chunk, hence a small default C.
+``rwkv6_scan_ref`` is the recurrence one step at a time, to check either path against.
 """
 from __future__ import annotations
 
@@ -52,9 +53,30 @@ def rwkv6_scan(q, k, v, w, u, scale=None, initial_state=None, output_final_state
     return o.transpose(1, 2), final  # fla picks its own chunk size
 
 
+def rwkv6_scan_ref(q, k, v, w, u, scale=None, initial_state=None, output_final_state=False):
+    """The recurrence one step at a time (the readable reference, as fla's
+    ``naive_recurrent_rwkv6``; cost L Python steps):
+        o_t = (scale q_t) . (S + (u k_t)^T v_t);   S <- diag(exp(w_t)) S + k_t^T v_t.
+    Same arguments and returns as ``rwkv6_scan`` less ``chunk_size``: o in v's dtype, the
+    final state in the accumulation dtype (fp32, or fp64 for fp64 inputs), or None."""
+    B, H, L, K = q.shape
+    V = v.shape[-1]
+    scale = K ** -0.5 if scale is None else scale
+    out_dtype, acc = v.dtype, torch.promote_types(v.dtype, torch.float32)
+    q, k, v, w, u = (t.to(acc) for t in (q, k, v, w, u))
+    S = q.new_zeros(B, H, K, V) if initial_state is None else initial_state.to(acc)
+    outs = []
+    for t in range(L):
+        kv = k[:, :, t, :, None] * v[:, :, t, None, :]  # (B, H, K, V)
+        outs.append(torch.einsum("bhk,bhkv->bhv", q[:, :, t] * scale, S + u[..., None] * kv))
+        S = w[:, :, t, :, None].exp() * S + kv  # read before the update, then decay and write
+    o = torch.stack(outs, dim=2) if outs else q.new_zeros(B, H, 0, V)  # (B, H, L, V)
+    return o.to(out_dtype), (S if output_final_state else None)
+
+
 def rwkv6_scan_torch(q, k, v, w, u, scale=None, initial_state=None, output_final_state=False,
                      chunk_size=16):
-    """Pure-PyTorch chunked RWKV-6 recurrence (the tested reference). Same signature
+    """Pure-PyTorch chunked RWKV-6 recurrence (proven against ``rwkv6_scan_ref``). Same signature
     as ``rwkv6_scan``. Accumulates in fp32 (fp64 for fp64 inputs); o is returned in
     v's dtype, the final state in the accumulation dtype."""
     B, H, L, K = q.shape

@@ -6,7 +6,8 @@ Per channel d and state n, with input-dependent step size delta:
     y_t = C_t . h_t  (+ D * u_t)  (* silu(z_t))
 
 Argument layouts and semantics are those of mamba_ssm's ``selective_scan_ref`` so
-the CUDA kernel ``selective_scan_fn`` is a drop-in replacement. The PyTorch path
+the CUDA kernel ``selective_scan_fn`` is a drop-in replacement; ``selective_scan_ref``
+here is the same recurrence one step at a time, to check either against. The PyTorch path
 splits L into chunks, each recomputed in backward, and steps through the
 recurrence one (batch, dim, dstate) state at a time. Only per-step decays
 exp(delta*A) <= 1 are ever formed (never exp of a positive cumulative sum), so it is
@@ -46,6 +47,39 @@ def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_sof
                                   return_last_state, chunk_size)
 
 
+def selective_scan_ref(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
+                       return_last_state=False):
+    """The recurrence literally, one time step at a time (the readable reference, as
+    mamba_ssm's ``selective_scan_ref``; cost L Python steps). Same arguments and returns
+    as ``selective_scan`` less ``chunk_size``; accumulates in fp32 (fp64 for fp64)."""
+    batch, dim, L = u.shape
+    dtype_in, acc = u.dtype, torch.promote_types(u.dtype, torch.float32)
+    u, delta, A = u.to(acc), delta.to(acc), A.to(acc)
+    if delta_bias is not None:
+        delta = delta + delta_bias.to(acc)[:, None]
+    if delta_softplus:
+        delta = F.softplus(delta)
+
+    def per_channel(X):  # B or C -> a function of t giving (batch or 1, dim or 1, dstate)
+        X = X.to(acc)
+        if X.dim() == 2:  # time-invariant (dim, dstate)
+            return lambda t: X[None]
+        if X.dim() == 3:  # (batch, dstate, L): one vector shared by all channels
+            return lambda t: X[:, None, :, t]
+        X = X.repeat_interleave(dim // X.shape[1], dim=1)  # channel c reads group c // (dim // G)
+        return lambda t: X[..., t]
+
+    B_at, C_at = per_channel(B), per_channel(C)
+    h = u.new_zeros(batch, dim, A.shape[1])  # (batch, dim, dstate)
+    ys = []
+    for t in range(L):
+        dt = delta[:, :, t, None]  # (batch, dim, 1)
+        h = torch.exp(dt * A) * h + dt * B_at(t) * u[:, :, t, None]
+        ys.append((h * C_at(t)).sum(-1))  # (batch, dim)
+    y = torch.stack(ys, dim=-1) if ys else u.new_zeros(batch, dim, 0)
+    return _finish(y, h, u, D, z, dtype_in, return_last_state)
+
+
 def selective_scan_chunked(u, delta, A, B, C, D=None, z=None, delta_bias=None,
                            delta_softplus=False, return_last_state=False, chunk_size=64):
     """Pure-PyTorch selective scan; same signature and results as ``selective_scan``.
@@ -82,11 +116,16 @@ def selective_scan_chunked(u, delta, A, B, C, D=None, z=None, delta_bias=None,
             y, h = _scan_chunk(*args)
         ys.append(y)
     y = torch.cat(ys, dim=2) if ys else u.new_zeros(batch, dim, 0)  # (b, d, L)
+    return _finish(y, h, u, D, z, dtype_in, return_last_state)
 
+
+def _finish(y, h, u, D, z, dtype_in, return_last_state):
+    """The skip D * u and the gate silu(z) on the scan's y (b, d, L), in u's (accumulation)
+    dtype; y back in the input dtype, with the last state if asked."""
     if D is not None:
-        y = y + u * D.to(acc)[:, None]
+        y = y + u * D.to(u.dtype)[:, None]
     if z is not None:
-        y = y * F.silu(z.to(acc))
+        y = y * F.silu(z.to(u.dtype))
     out = y.to(dtype_in)
     return (out, h) if return_last_state else out
 

@@ -13,6 +13,7 @@ form (the "attention" view of SSD), across chunks the states are passed along
 with a tiny (nchunks x nchunks) decay matrix (the "recurrent" view). Both views
 use the same segment sums, computed by cumulative sums of masked copies rather
 than as differences of one long cumsum, which cancels badly in low precision.
+``ssd_scan_ref`` is the recurrence one step at a time, to check either path against.
 """
 from __future__ import annotations
 
@@ -43,6 +44,41 @@ def ssd_scan(x, dt, A, B, C, chunk_size=64, D=None, z=None, dt_bias=None, dt_sof
             initial_states=initial_states, return_final_states=return_final_states)
     return ssd_scan_chunked(x, dt, A, B, C, chunk_size, D, z, dt_bias, dt_softplus,
                             initial_states, return_final_states)
+
+
+def ssd_scan_ref(x, dt, A, B, C, chunk_size=64, D=None, z=None, dt_bias=None, dt_softplus=False,
+                 initial_states=None, return_final_states=False):
+    """One step at a time, exactly as the Mamba-2 paper writes the SSM (the readable
+    reference; cost L Python steps):
+        H_t = exp(dt_t A) H_{t-1} + dt_t x_t B_t^T,  y_t = H_t C_t + D x_t,  y_t *= silu(z_t).
+    Same arguments and returns as ``ssd_scan``: ``chunk_size`` is taken, positionally
+    too, so that the two are interchangeable, and ignored (a loop has no chunks)."""
+    b, L, h, p = x.shape
+    g, n = B.shape[-2:]
+    if h % g:
+        raise ValueError(f"ssd_scan: nheads={h} is not divisible by ngroups={g}")
+    cdt = torch.promote_types(x.dtype, torch.float32)
+    group = torch.arange(h, device=x.device) // (h // g)  # the B/C group each head reads
+    dt = dt.to(cdt)
+    if dt_bias is not None:
+        dt = dt + dt_bias.to(cdt)
+    if dt_softplus:
+        dt = F.softplus(dt)
+    xc, A, B, C = x.to(cdt), A.to(cdt), B.to(cdt), C.to(cdt)
+    H = xc.new_zeros(b, h, p, n) if initial_states is None else initial_states.to(cdt)
+    ys = []
+    for t in range(L):
+        Bt, Ct = B[:, t, group], C[:, t, group]  # (b, h, n)
+        decay = torch.exp(dt[:, t] * A)  # (b, h)
+        H = decay[..., None, None] * H + (dt[:, t, :, None] * xc[:, t])[..., None] * Bt[:, :, None, :]
+        ys.append((H * Ct[:, :, None, :]).sum(-1))  # (b, h, p)
+    y = torch.stack(ys, dim=1) if ys else xc.new_zeros(b, 0, h, p)
+    if D is not None:
+        y = y + xc * (D.to(cdt)[:, None] if D.dim() == 1 else D.to(cdt))
+    if z is not None:
+        y = y * F.silu(z.to(cdt))
+    y = y.to(x.dtype)
+    return (y, H) if return_final_states else y
 
 
 def segsum(a: torch.Tensor) -> torch.Tensor:
