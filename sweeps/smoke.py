@@ -27,7 +27,7 @@ CPU = dict(device="cpu")
 GRASSMANN = {"impl": "factored"}
 MQAR = {"attention": {"n_heads": 1}, "sliding_window": {"n_heads": 1, "window": 8}, "mamba2": {},
         "retnet": {"n_heads": 1}, "grassmann": GRASSMANN}
-SCALING = {**MQAR, "mamba": {}, "rwkv6": {}}
+SCALING = {**MQAR, "mamba": {}, "rwkv6": {}, "gated_deltanet": {}, "gla": {}}
 
 configs = []
 
