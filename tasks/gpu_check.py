@@ -15,8 +15,9 @@ Parity is FlashAttention's test rule. With a the fp32 torch-path result, b the f
 under bf16 autocast and c the torch path under the same autocast, the fast path passes
 where max|b - a| <= 2 max|c - a| + 1e-5: at most twice as far from the truth as torch
 itself at that precision. It is checked for the output, dL/dx and every weight's gradient.
-An option that pins an implementation (grassmann impl=, attention backend=) is beyond
-torch_only(), so a and c run a copy with the same weights and impl='eager' / backend='auto'.
+a and c run a copy with the same weights whose pinned implementation is reset to the
+readable one (grassmann impl='eager', attention backend='auto'): torch_only() alone would
+run grassmann's fused kernel as its factored form, not against the eager reference.
 
 Exit status: 0 when every check ran and held; 1 when a parity row fails or errors, or the
 CUDA tests fail or time out (the verdicts this script exists for; bench rows that are
@@ -48,8 +49,8 @@ from . import scaling
 from .common import environment
 
 REPO = Path(__file__).resolve().parents[1]
-# Options that pin an implementation, which torch_only() cannot override: the torch
-# twin of a mixer has them reset to its pure-PyTorch choice.
+# Options that pin an implementation: the torch twin of a mixer has them reset to the
+# readable reference (torch_only() would keep grassmann on its factored form).
 TORCH_OPTIONS = {"impl": "eager", "backend": "auto"}
 POINT_LIMIT_S = 60.0  # per bench point, so that one slow point cannot eat the budget
 RESERVE_S = 5.0  # of the budget, kept for the summary after the bench
