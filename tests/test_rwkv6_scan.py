@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from zoo.mixers.retnet import RetNet, retention, retention_ref
+from zoo.mixers.retnet import (RetNet, retention, retention_as_rwkv6, retention_chunked,
+                               retention_ref)
 from zoo.mixers.rwkv6 import RWKV6
 from zoo.ops import rwkv6_scan, rwkv6_scan_ref
 
@@ -78,19 +79,38 @@ def test_bfloat16_smoke():
     torch.testing.assert_close(S.double(), S_ref, rtol=1e-4, atol=1e-4)
 
 
-def test_retention_through_rwkv6_scan_matches_loop():
-    L, Kr, Vr = 45, 4, 6
+@pytest.mark.parametrize("form", [retention_chunked, retention_as_rwkv6])
+@pytest.mark.parametrize("chunk_size", [1, 16, 64])
+@pytest.mark.parametrize("L", [1, 45, 64, 130])
+def test_retention_matches_loop_with_gradients(form, chunk_size, L):
+    Kr, Vr = 4, 6
     g = torch.Generator().manual_seed(1)
     q, k = (torch.randn(B, H, L, Kr, generator=g, dtype=torch.float64) for _ in range(2))
     v = torch.randn(B, H, L, Vr, generator=g, dtype=torch.float64)
     gamma = torch.tensor([1 - 2 ** -5, 0.5], dtype=torch.float64)  # (H,)
     h0 = torch.randn(B, H, Kr, Vr, generator=g, dtype=torch.float64)
-    o, S_fin = retention(q, k, v, gamma.log(), initial_state=h0, output_final_state=True,
-                         chunk_size=16)
+    inputs = [t.requires_grad_() for t in (q, k, v, h0)]
+    o, S_fin = form(q, k, v, gamma.log(), initial_state=h0, output_final_state=True,
+                    chunk_size=chunk_size)
     # S_t = gamma S_{t-1} + k_t^T v_t;  o_t = q_t S_t (scale K^-0.5), one step at a time
     o_ref, S = retention_ref(q, k, v, gamma.log(), initial_state=h0, output_final_state=True)
     torch.testing.assert_close(o, o_ref, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(S_fin, S, rtol=1e-10, atol=1e-10)
+    do, dS = torch.randn_like(o), torch.randn_like(S)
+    grads = torch.autograd.grad((o * do).sum() + (S_fin * dS).sum(), inputs)
+    grads_ref = torch.autograd.grad((o_ref * do).sum() + (S * dS).sum(), inputs)
+    for name, gr, gr_ref in zip("q k v h0".split(), grads, grads_ref):
+        torch.testing.assert_close(gr, gr_ref, rtol=1e-9, atol=1e-9, msg=name)
+
+
+def test_retention_without_state_and_float32():
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(2, 3, 100, 8, generator=g) for _ in range(3))
+    log_gamma = torch.log1p(-(2.0 ** -torch.tensor([1.0, 5.0, 9.0])))
+    o, S = retention(q, k, v, log_gamma, chunk_size=32)
+    assert S is None and o.dtype == torch.float32
+    o_ref, _ = retention_ref(q.double(), k.double(), v.double(), log_gamma.double())
+    torch.testing.assert_close(o.double(), o_ref, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("cls", [RWKV6, RetNet])
@@ -112,3 +132,29 @@ def test_mixer_options_and_state_size():
         RetNet(64, n_heads=3)
     assert RWKV6(64).state_size(10) == RWKV6(64).state_size(1000) == 2 * 32 * 32 + 64
     assert RetNet(64).state_size(10) == RetNet(64).state_size(1000)
+
+
+def test_intra_chunk_scores_split_only_where_safe(monkeypatch):
+    """fp32 chunks whose total decay is just inside MATMUL_RANGE (matmul form, factors
+    up to exp(+-29)) and far beyond it (pairwise form): both match the float64 pairwise
+    scores, and only the steep chunk is recomputed pairwise."""
+    from zoo.ops import rwkv6 as core
+
+    C, K = 32, 8
+    g = torch.Generator().manual_seed(3)
+    q, k = (torch.randn(2, C, K, generator=g, dtype=torch.float64) for _ in range(2))
+    w = -torch.rand(2, C, K, generator=g, dtype=torch.float64)  # (chunk, step, channel)
+    w[0, :, 0], w[1, :, 0] = -0.95 * core.MATMUL_RANGE_DEFAULT / C, -400.0 / C
+    b = w.cumsum(-2)
+    b_prev = torch.nn.functional.pad(b, (0, 0, 1, -1))
+    strict = torch.ones(C, C, dtype=torch.bool).tril(-1)
+    want = core.pairwise_scores(q, k, b_prev, b, strict)
+
+    calls = []
+    real = core.pairwise_scores
+    monkeypatch.setattr(core, "pairwise_scores", lambda q, *a: calls.append(q.shape) or real(q, *a))
+    got = core.intra_chunk_scores(*(t.float() for t in (q, k, b_prev, b)))
+    assert calls == [(1, C, K)]  # the steep chunk alone
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-5)
+    assert (got.triu() == 0).all()

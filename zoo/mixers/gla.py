@@ -45,7 +45,7 @@ class GLA(Mixer):
 
     def __init__(self, d_model: int, n_heads: int = 4, expand_k: float = 0.5,
                  expand_v: float = 1.0, gate_low_rank_dim: int = 16,
-                 gate_logit_normalizer: int = 16, norm_eps: float = 1e-5, chunk_size: int = 16):
+                 gate_logit_normalizer: int = 16, norm_eps: float = 1e-5, chunk_size: int = 32):
         super().__init__()
         for option, value in [("n_heads", n_heads), ("gate_low_rank_dim", gate_low_rank_dim),
                               ("chunk_size", chunk_size)]:

@@ -21,7 +21,7 @@ class RWKV6(Mixer):
     fast_path = "fla chunk_rwkv6 (CUDA); else chunked torch scan"
 
     def __init__(self, d_model: int, head_size: int = 32, mix_rank: int = 32,
-                 decay_rank: int = 64, chunk_size: int = 16):
+                 decay_rank: int = 64, chunk_size: int = 64):
         super().__init__()
         for option, value in [("head_size", head_size), ("mix_rank", mix_rank),
                               ("decay_rank", decay_rank), ("chunk_size", chunk_size)]:

@@ -67,10 +67,10 @@ def gla_ref(q, k, v, gk, scale=None, initial_state=None, output_final_state=Fals
 
 
 def gla_chunked(q, k, v, gk, scale=None, initial_state=None, output_final_state=False,
-                chunk_size=16):
+                chunk_size=32):
     """GLA through ``rwkv6_scan_torch`` (u = 0) plus the current-token term; exact (see
     the module docstring). Same arguments and returns as ``gla_ref``; ``chunk_size``
-    is the core's (its (C, C, K) pairwise-decay tensor keeps it small)."""
+    is the core's."""
     K = q.shape[-1]
     scale = K ** -0.5 if scale is None else scale
     out_dtype, acc = v.dtype, torch.promote_types(v.dtype, torch.float32)
@@ -89,7 +89,7 @@ def gla_chunked(q, k, v, gk, scale=None, initial_state=None, output_final_state=
 
 
 def gla(q, k, v, gk, scale=None, initial_state=None, output_final_state=False,
-        chunk_size=16):
+        chunk_size=32):
     """GLA recurrence; fla's ``chunk_gla`` on CUDA when usable, else ``gla_chunked``.
     Same arguments and returns as ``gla_chunked`` (fla picks its own chunk size)."""
     if gla_backend(q) == "torch_chunked":

@@ -17,10 +17,20 @@ cumulative log decay, b_{-1} = 0) and S0 the state entering the chunk. Unrolling
         + (q_t . (u * k_t)) v_t                                          bonus
     S_C = diag(exp(b_{C-1})) S0 + sum_s (k_s * exp(b_{C-1} - b_s))^T v_s
 
-Every exponent above is a sum of w's, i.e. <= 0, so nothing can overflow however
-strong the decay: we never split exp(b_{t-1} - b_s) into exp(b_{t-1}) / exp(b_s),
-which is what makes the usual "divide k by the decay" trick blow up for w ~ -20.
-The price is a (C, C, K) pairwise-decay tensor per chunk, hence a small default C.
+The intra-chunk scores are one matmul. With a reference r per chunk and channel, exp(b_{t-1} - b_s) = exp(b_{t-1} - r) * exp(r - b_s), so
+
+    A[t, s] = (q_t * exp(b_{t-1} - r)) . (k_s * exp(r - b_s))          for s < t.
+
+With r halfway along the chunk's total decay (r = b_{C-1} / 2), each factor's exponent
+lies within +-|b_{C-1}| / 2: a chunk whose total log decay stays within MATMUL_RANGE
+(60 in fp32, 600 in fp64) has every factor a normal float, and each product in the sum
+is as accurate as the directly formed exp(b_{t-1} - b_s). The product is <= 1 for
+s < t; above the diagonal it may be large and is masked. A chunk whose decay is
+steeper than that (a channel forgetting ~ -4 per step over 16 steps, say) is recomputed
+in the pairwise form, where every exponent is a sum of w's, i.e. <= 0: we never split
+exp(b_{t-1} - b_s) where that split could overflow. In training the decays are mild
+(RWKV-6's init gives |w| <= 0.37), so the pairwise (C, C, K) tensor, most of the
+time of this function when every chunk formed it, is rarely formed at all.
 ``rwkv6_scan_ref`` is the recurrence one step at a time, to check either path against.
 """
 from __future__ import annotations
@@ -40,7 +50,7 @@ def rwkv6_backend(x: torch.Tensor) -> str:
 
 
 def rwkv6_scan(q, k, v, w, u, scale=None, initial_state=None, output_final_state=False,
-               chunk_size=16):
+               chunk_size=64):
     """RWKV-6 recurrence; returns (o (B, H, L, V), final state (B, H, K, V) or None).
     fla's fused kernel on CUDA when importable, else ``rwkv6_scan_torch``."""
     if rwkv6_backend(q) == "torch_chunked":
@@ -75,7 +85,7 @@ def rwkv6_scan_ref(q, k, v, w, u, scale=None, initial_state=None, output_final_s
 
 
 def rwkv6_scan_torch(q, k, v, w, u, scale=None, initial_state=None, output_final_state=False,
-                     chunk_size=16):
+                     chunk_size=64):
     """Pure-PyTorch chunked RWKV-6 recurrence (proven against ``rwkv6_scan_ref``). Same signature
     as ``rwkv6_scan``. Accumulates in fp32 (fp64 for fp64 inputs); o is returned in
     v's dtype, the final state in the accumulation dtype."""
@@ -96,13 +106,7 @@ def rwkv6_scan_torch(q, k, v, w, u, scale=None, initial_state=None, output_final
     b_prev = F.pad(b, (0, 0, 1, -1))  # b_{t-1}: shifted rather than b - w, so it matches b exactly
     b_last = b[..., -1:, :]  # (B, H, N, 1, K)
 
-    # Intra-chunk: A[t, s] = sum_c q_tc k_sc exp(b_{t-1,c} - b_{s,c}) for s < t, plus the
-    # bonus q_t . (u * k_t) on the diagonal. Mask before exp so that the (positive)
-    # differences above the diagonal are never exponentiated.
-    strict = torch.ones(C, C, dtype=torch.bool, device=q.device).tril(-1)  # (t, s): s < t
-    diff = b_prev[..., :, None, :] - b[..., None, :, :]  # (B, H, N, C, C, K)
-    decay = diff.masked_fill(~strict[..., None], float("-inf")).exp()
-    A = (q[..., :, None, :] * decay * k[..., None, :, :]).sum(-1)  # (B, H, N, C, C)
+    A = intra_chunk_scores(q, k, b_prev, b)  # (B, H, N, C, C), zero on and above the diagonal
     bonus = (q * u.to(acc)[:, None, None, :] * k).sum(-1)  # (B, H, N, C)
     o = (A + torch.diag_embed(bonus)) @ v  # (B, H, N, C, V)
 
@@ -119,3 +123,40 @@ def rwkv6_scan_torch(q, k, v, w, u, scale=None, initial_state=None, output_final
 
     o = o.view(B, H, N * C, V)[:, :, :L].to(out_dtype)
     return o, (S if output_final_state else None)
+
+
+# The largest total log decay of a chunk whose scores are formed as one matmul: every
+# factor exp(+-x) then has |x| <= MATMUL_RANGE / 2 (far from fp32's 88 and fp64's 709).
+MATMUL_RANGE = {torch.float64: 600.0}
+MATMUL_RANGE_DEFAULT = 60.0
+
+
+def intra_chunk_scores(q, k, b_prev, b):
+    """A[..., t, s] = sum_c q_tc k_sc exp(b_prev_tc - b_sc) for s < t, 0 for s >= t.
+    q, k, b_prev, b: (..., C, K) with b the inclusive cumulative log decay of the chunk
+    (non-increasing, 0 >= b) and b_prev = b shifted by one step (b_prev_0 = 0).
+    One matmul for chunks whose total decay -b_{C-1} is within MATMUL_RANGE (see the
+    module docstring); the pairwise form, stable for any decay, for the others."""
+    C = q.shape[-2]
+    limit = MATMUL_RANGE.get(q.dtype, MATMUL_RANGE_DEFAULT)
+    strict = torch.ones(C, C, dtype=torch.bool, device=q.device).tril(-1)  # (t, s): s < t
+    r = b[..., -1:, :] / 2  # (..., 1, K) halfway along the chunk's decay
+    # The clamp changes nothing in the chunks the matmul serves; it keeps the steep ones,
+    # overwritten below, finite (an inf times a zero gradient would make a NaN).
+    qe = q * (b_prev - r).clamp(max=limit / 2).exp()
+    ke = k * (r - b).clamp(max=limit / 2).exp()
+    A = (qe @ ke.transpose(-1, -2)).masked_fill(~strict, 0.0)  # (..., C, C)
+    steep = (-b[..., -1, :]).amax(-1) > limit  # (...,) chunks the split would overflow
+    if steep.any():
+        at = steep.nonzero(as_tuple=True)
+        A = A.index_put(at, pairwise_scores(q[at], k[at], b_prev[at], b[at], strict))
+    return A
+
+
+def pairwise_scores(q, k, b_prev, b, strict):
+    """``intra_chunk_scores`` through the (..., C, C, K) tensor of pairwise decays, every
+    exponent a sum of w's (<= 0). Masked before exp, so that the positive differences
+    above the diagonal are never exponentiated."""
+    diff = b_prev[..., :, None, :] - b[..., None, :, :]  # (..., C, C, K)
+    decay = diff.masked_fill(~strict[..., None], float("-inf")).exp()
+    return (q[..., :, None, :] * decay * k[..., None, :, :]).sum(-1)  # (..., C, C)
