@@ -105,3 +105,27 @@ def test_mixer_chunk_size_invariant_defaults_and_state():
     assert GatedDeltaNet(40, head_dim=8).key_dim == 32
     with pytest.raises(ValueError):
         GatedDeltaNet(64, n_heads=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_steep_heads_take_the_pairwise_form(dtype):
+    """One head forgetting ~25 per step (800 over a chunk of 32: past MATMUL_RANGE in fp64
+    and fp32) beside a mild one: the step loop's outputs, state and every gradient."""
+    q, k, v, g, beta, h0 = make_inputs(70)
+    g = g.clone()
+    g[:, :, 0] = -25.0 - g[:, :, 0].abs()
+    inputs = [t.to(dtype).requires_grad_() for t in (q, k, v, g, beta, h0)]
+    o, S = gated_delta_rule_chunked(*inputs[:5], initial_state=inputs[5], output_final_state=True,
+                                    chunk_size=32)
+    o_ref, S_ref = gated_delta_rule_ref(*(t.double() for t in inputs[:5]),
+                                        initial_state=inputs[5].double(), output_final_state=True)
+    tol = 1e-10 if dtype == torch.float64 else 1e-4
+    assert torch.isfinite(o).all() and torch.isfinite(S).all()
+    torch.testing.assert_close(o.double(), o_ref, rtol=tol, atol=tol)
+    torch.testing.assert_close(S.double(), S_ref, rtol=tol, atol=tol)
+    if dtype == torch.float64:
+        do, dS = torch.randn_like(o), torch.randn_like(S)
+        grads = torch.autograd.grad((o * do).sum() + (S * dS).sum(), inputs)
+        grads_ref = torch.autograd.grad((o_ref * do).sum() + (S_ref * dS).sum(), inputs)
+        for name, a, b in zip("q k v g beta h0".split(), grads, grads_ref):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9, msg=lambda m: f"d{name}: {m}")

@@ -25,6 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..ops.conv import causal_conv1d
 from ..ops.delta_rule import delta_rule_backend, gated_delta_rule
 from .base import Mixer, check_positive, chunked_linear_attention_flops
 
@@ -41,7 +42,7 @@ class GatedDeltaNet(Mixer):
     fast_path = "fla chunk_gated_delta_rule (CUDA); else chunked torch WY"
 
     def __init__(self, d_model: int, n_heads: int = 4, head_dim: int | None = None,
-                 expand_v: int = 2, d_conv: int = 4, chunk_size: int = 64):
+                 expand_v: int = 2, d_conv: int = 4, chunk_size: int = 32):
         super().__init__()
         for option, value in [("n_heads", n_heads), ("expand_v", expand_v), ("d_conv", d_conv),
                               ("chunk_size", chunk_size)]:
@@ -79,8 +80,7 @@ class GatedDeltaNet(Mixer):
         B, L, _ = x.shape  # (B, L, D)
         H, K, V = self.n_heads, self.head_dim, self.head_v_dim
         qkv, gate, a, b = torch.split(self.in_proj(x), [self.conv_dim, self.value_dim, H, H], -1)
-        # Left padding by d_conv - 1 and keeping the first L outputs makes the conv causal.
-        qkv = F.silu(self.conv1d(qkv.transpose(1, 2))[..., :L].transpose(1, 2))  # (B, L, conv_dim)
+        qkv = F.silu(causal_conv1d(qkv, self.conv1d.weight))  # (B, L, conv_dim)
         q, k, v = torch.split(qkv, [self.key_dim, self.key_dim, self.value_dim], -1)
         q, k = (l2_normalize(t.unflatten(-1, (H, K))) for t in (q, k))  # (B, L, H, K)
         v = v.unflatten(-1, (H, V))  # (B, L, H, V)

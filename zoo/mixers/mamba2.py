@@ -18,6 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..ops.conv import causal_conv1d
 from ..ops.fastpath import Kernel
 from ..ops.ssd import ssd_backend, ssd_scan
 from .base import Mixer, check_positive, chunked_linear_attention_flops
@@ -98,8 +99,7 @@ class Mamba2(Mixer):
                 ngroups=self.ngroups, norm_before_gate=False)
 
         z, xBC, dt = torch.split(zxbcdt, [self.d_inner, self.conv_dim, self.nheads], dim=-1)
-        # Left padding by d_conv - 1 and keeping the first L outputs makes the conv causal.
-        xBC = F.silu(self.conv1d(xBC.transpose(1, 2))[..., :L].transpose(1, 2))  # (B, L, conv_dim)
+        xBC = F.silu(causal_conv1d(xBC, self.conv1d.weight, self.conv1d.bias))  # (B, L, conv_dim)
         x, B, C = torch.split(xBC, [self.d_inner, self.ngroups * self.d_state,
                                     self.ngroups * self.d_state], dim=-1)
         self.backend = ssd_backend(x)

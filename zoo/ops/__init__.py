@@ -5,6 +5,7 @@ in three forms with one signature: the op (the CUDA kernel when usable), its pur
 chunked form, and ``*_ref``, the recurrence one step at a time (no ``chunk_size``, except
 where it is positional: ``ssd_scan_ref`` takes and ignores it), which the tests prove the
 others against and a user can check a kernel against too."""
+from .conv import causal_conv1d, causal_conv1d_ref
 from .delta_rule import gated_delta_rule, gated_delta_rule_chunked, gated_delta_rule_ref
 from .fastpath import KERNELS, Kernel, optional, status, torch_only
 from .gla import gla, gla_chunked, gla_ref

@@ -26,9 +26,10 @@ Then
     S_C = G_{C-1} S0 + (K * exp(b_{C-1} - b))^T U
 
 Only the state S crosses chunks: a loop over L / C chunks of (C x K) @ (K x V) products, so
-the cost is linear in L. As in zoo/ops/rwkv6.py every exponent is a sum of g's (<= 0) and
-the masked differences are never exponentiated above the diagonal, so a strong decay
-underflows to 0 instead of overflowing.
+the cost is linear in L. The decayed products (Q K^T * D, and K K^T * D in A) are matmuls
+of keys and queries scaled about the chunk's mid decay, as in zoo/ops/rwkv6.py; a chunk
+whose decay is too steep for that split forms D with every exponent a sum of g's (<= 0),
+masked before exp, so a strong decay underflows to 0 instead of overflowing.
 """
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def delta_rule_backend(x: torch.Tensor) -> str:
 
 
 def gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
-                     chunk_size=64):
+                     chunk_size=32):
     """Returns (o (B, L, H, V), final state (B, H, K, V) or None). fla's chunk kernel on CUDA
     when importable (it picks its own chunk size), else ``gated_delta_rule_chunked``."""
     if delta_rule_backend(q) == "torch_chunked":
@@ -84,7 +85,7 @@ def gated_delta_rule_ref(q, k, v, g, beta, scale=None, initial_state=None,
 
 
 def gated_delta_rule_chunked(q, k, v, g, beta, scale=None, initial_state=None,
-                             output_final_state=False, chunk_size=64):
+                             output_final_state=False, chunk_size=32):
     """Pure-PyTorch chunked gated delta rule, linear in L (see the module docstring).
     Accumulates in fp32 (fp64 for fp64 inputs); o is returned in v's dtype, the final
     state in the accumulation dtype (as fla returns it in fp32)."""
@@ -110,13 +111,12 @@ def gated_delta_rule_chunked(q, k, v, g, beta, scale=None, initial_state=None,
     G = b.exp()  # (B, H, N, C) decay from the chunk's start to step t, inclusive
     b_last = b[..., -1:]  # (B, H, N, 1)
 
-    # D[t, s] = exp(b_t - b_s) for s <= t; masked BEFORE exp so that the positive
-    # differences above the diagonal are never exponentiated.
-    causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()  # (t, s): s <= t
-    D = (b[..., :, None] - b[..., None, :]).masked_fill(~causal, float("-inf")).exp()  # (B, H, N, C, C)
-    kk = k @ k.transpose(-1, -2)  # (B, H, N, C, C) keys' gram matrix
-    # I + A, A strictly lower: the diagonal of D is 1, so tril(-1) drops exactly beta_t k_t.k_t.
-    IA = torch.eye(C, dtype=acc, device=q.device) + (beta[..., None] * D * kk).tril(-1)
+    # The decayed products kk[t, s] = exp(b_t - b_s) k_t.k_s and qk[t, s] (s <= t), as
+    # matmuls of keys and queries scaled about the chunk's mid decay (as zoo/ops/ssd.py
+    # does); (chunk, head)s too steep for that split are formed with their decays.
+    kk, qk = decayed_products(q, k, b)  # (B, H, N, C, C) each, valid on and below the diagonal
+    # I + A, A strictly lower: tril(-1) drops the diagonal beta_t k_t.k_t.
+    IA = torch.eye(C, dtype=acc, device=q.device) + (beta[..., None] * kk).tril(-1)
     # The UT transform: one unit-lower-triangular solve per chunk for both right-hand sides.
     rhs = torch.cat([beta[..., None] * v, (beta * G)[..., None] * k], dim=-1)  # (B, H, N, C, V+K)
     U0, W = torch.linalg.solve_triangular(IA, rhs, upper=False, unitriangular=True).split([V, K], -1)
@@ -130,7 +130,37 @@ def gated_delta_rule_chunked(q, k, v, g, beta, scale=None, initial_state=None,
         U.append(U0[:, :, n] - W[:, :, n] @ S)  # (B, H, C, V) the chunk's corrected values
         S = b_last[:, :, n, :, None].exp() * S + k_out[:, :, n].transpose(-1, -2) @ U[-1]
     U, o_inter = torch.stack(U, dim=2), torch.stack(o_inter, dim=2)  # (B, H, N, C, V)
-    o = o_inter + ((q @ k.transpose(-1, -2)) * D) @ U  # (B, H, N, C, V)
+    o = o_inter + qk.tril() @ U  # (B, H, N, C, V)
 
     o = o.reshape(B, H, N * C, V)[:, :, :L].transpose(1, 2).to(out_dtype)  # (B, L, H, V)
     return o, (S if output_final_state else None)
+
+
+# The largest total log decay of a (chunk, head) whose products are split about its middle:
+# every factor exp(+-x) then has |x| <= MATMUL_RANGE / 2 (fp32 overflows at 88).
+MATMUL_RANGE = {torch.float64: 600.0}
+MATMUL_RANGE_DEFAULT = 60.0
+
+
+def decayed_products(q, k, b):
+    """(k_t.k_s exp(b_t - b_s), q_t.k_s exp(b_t - b_s)) for s <= t; garbage above the
+    diagonal, which the caller masks. q, k: (..., C, K); b: (..., C) inclusive cumulative
+    log decay. exp(b_t - b_s) = exp(b_t - m) exp(m - b_s) with m = b_{C-1} / 2 keeps
+    both factors within exp(+-|b_{C-1}| / 2); a chunk steeper than MATMUL_RANGE is
+    recomputed with exp(b_t - b_s) masked before exp, where no exponent is positive."""
+    limit = MATMUL_RANGE.get(q.dtype, MATMUL_RANGE_DEFAULT)
+    mid = b[..., -1:] / 2
+    up = (b - mid).clamp(max=limit / 2).exp()[..., None]  # (..., C, 1); the clamp only
+    down = (mid - b).clamp(max=limit / 2).exp()[..., None]  # bites in steep chunks
+    k_down = (k * down).transpose(-1, -2)  # (..., K, C)
+    kk, qk = (k * up) @ k_down, (q * up) @ k_down
+    steep = -b[..., -1] > limit
+    if steep.any():
+        at = steep.nonzero(as_tuple=True)
+        C = b.shape[-1]
+        causal = torch.ones(C, C, dtype=torch.bool, device=b.device).tril()
+        D = (b[at][:, :, None] - b[at][:, None, :]).masked_fill(~causal, float("-inf")).exp()
+        k_at = k[at].transpose(-1, -2)
+        kk = kk.index_put(at, (k[at] @ k_at) * D)
+        qk = qk.index_put(at, (q[at] @ k_at) * D)
+    return kk, qk

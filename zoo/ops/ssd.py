@@ -10,9 +10,9 @@ Argument layouts are those of mamba_ssm's ``mamba_chunk_scan_combined`` so the
 Triton kernel is a drop-in fast path. The pure-PyTorch path splits the sequence
 into chunks of ``chunk_size``: inside a chunk the output is a masked quadratic
 form (the "attention" view of SSD), across chunks the states are passed along
-with a tiny (nchunks x nchunks) decay matrix (the "recurrent" view). Both views
-use the same segment sums, computed by cumulative sums of masked copies rather
-than as differences of one long cumsum, which cancels badly in low precision.
+by a loop over chunks (the "recurrent" view). Inside a chunk the decays are
+differences of the chunk's own cumulative sum, as mamba_ssm's kernels form them, and
+are split about the chunk's midpoint so that a group's heads share one matmul.
 ``ssd_scan_ref`` is the recurrence one step at a time, to check either path against.
 """
 from __future__ import annotations
@@ -81,15 +81,10 @@ def ssd_scan_ref(x, dt, A, B, C, chunk_size=64, D=None, z=None, dt_bias=None, dt
     return (y, H) if return_final_states else y
 
 
-def segsum(a: torch.Tensor) -> torch.Tensor:
-    """a: (..., T) -> (..., T, T) with out[..., i, j] = a[j+1] + ... + a[i] for j <= i
-    (0 on the diagonal) and -inf above it, so exp(out) is the causal decay matrix."""
-    T = a.shape[-1]
-    ones = torch.ones(T, T, dtype=torch.bool, device=a.device)
-    a = a[..., :, None].expand(*a.shape, T)  # (..., T, T): a[..., i, j] = a_i
-    a = a.masked_fill(~torch.tril(ones, diagonal=-1), 0.0)  # keep a_i only where i > j
-    out = a.cumsum(dim=-2)  # out[i, j] = sum_{j < k <= i} a_k
-    return out.masked_fill(~torch.tril(ones), float("-inf"))
+# The largest total log decay of a (chunk, head) whose intra-chunk part is one matmul
+# per group: every factor exp(+-x) then has |x| <= MATMUL_RANGE / 2 (fp32 overflows at 88).
+MATMUL_RANGE = {torch.float64: 600.0}
+MATMUL_RANGE_DEFAULT = 60.0
 
 
 def ssd_scan_chunked(x, dt, A, B, C, chunk_size=64, D=None, z=None, dt_bias=None, dt_softplus=False,
@@ -123,35 +118,56 @@ def ssd_scan_chunked(x, dt, A, B, C, chunk_size=64, D=None, z=None, dt_bias=None
         xdt, B, C = (F.pad(t, (0, 0, 0, 0, 0, pad)) for t in (xdt, B, C))
         dA = F.pad(dA, (0, 0, 0, pad))
     c = (L + pad) // Q
-    xdt = xdt.view(b, c, Q, g, r, p)
-    B, C = B.view(b, c, Q, g, n), C.view(b, c, Q, g, n)
-    dA = dA.view(b, c, Q, g, r).permute(0, 3, 4, 1, 2)  # (b, g, r, c, Q)
+    # Layouts that make every contraction one batched matmul: a chunk's steps next to
+    # the group's heads, (b, c, g, Q, r*p), so that all the r heads reading the same
+    # B and C share one product with them.
+    xdt = xdt.view(b, c, Q, g, r * p).transpose(2, 3)  # (b, c, g, Q, r*p)
+    B = B.view(b, c, Q, g, n).transpose(2, 3)  # (b, c, g, Q, n)
+    C = C.view(b, c, Q, g, n).transpose(2, 3)
+    dA = dA.view(b, c, Q, g, r).permute(0, 1, 3, 4, 2)  # (b, c, g, r, Q)
+    cs = dA.cumsum(-1)  # (b, c, g, r, Q) log-decay from the chunk's start, inclusive
 
-    # 1. Inside each chunk: y_l = sum_{s <= l} (C_l . B_s) exp(dA_{s+1} + .. + dA_l) xdt_s.
-    decay = torch.exp(segsum(dA))  # (b, g, r, c, Q, Q)
-    CB = torch.einsum("bclgn,bcsgn->bcgls", C, B)  # (b, c, g, Q, Q)
-    y = torch.einsum("bcgls,bgrcls,bcsgrp->bclgrp", CB, decay, xdt)
+    # 1. Inside each chunk: y_l = sum_{s <= l} (C_l . B_s) exp(cs_l - cs_s) xdt_s, i.e.
+    # exp(cs_l - m) [tril(C B^T) (exp(m - cs) xdt)]_l with m halfway along the chunk's
+    # decay: one (Q x Q) product per group shared by its r heads, and no (Q x Q) decay
+    # per head. Where a head's total decay in a chunk would push a factor's exponent
+    # past MATMUL_RANGE / 2, that (chunk, head) is recomputed with its pairwise decays.
+    causal = torch.ones(Q, Q, dtype=torch.bool, device=x.device).tril()
+    scores = (C @ B.transpose(-1, -2)).masked_fill(~causal, 0.0)  # (b, c, g, Q, Q)
+    limit = MATMUL_RANGE.get(cdt, MATMUL_RANGE_DEFAULT)
+    mid = cs[..., -1:] / 2  # (b, c, g, r, 1)
+    into = (mid - cs).clamp(max=limit / 2).exp().transpose(-1, -2)[..., None]  # (b, c, g, Q, r, 1)
+    out_of = (cs - mid).clamp(max=limit / 2).exp().transpose(-1, -2)[..., None]
+    x_heads = xdt.unflatten(-1, (r, p))  # (b, c, g, Q, r, p)
+    y = (scores @ (x_heads * into).flatten(-2)).unflatten(-1, (r, p)) * out_of
+    steep = -cs[..., -1] > limit  # (b, c, g, r)
+    if steep.any():
+        at = steep.nonzero(as_tuple=True)
+        cs_at = cs[at]  # (M, Q)
+        decay = (cs_at[:, :, None] - cs_at[:, None, :]).masked_fill(~causal, float("-inf")).exp()
+        y_at = (scores[at[:3]] * decay) @ x_heads.transpose(3, 4)[at]  # (M, Q, p)
+        y = y.transpose(3, 4).index_put(at, y_at).transpose(3, 4)
 
     # 2. The state each chunk adds on its own, decayed to the chunk's last step.
-    # decay[..., -1, :] is exactly exp(sum of dA after s up to the end of the chunk).
-    states = torch.einsum("bcsgn,bgrcs,bcsgrp->bcgrpn", B, decay[..., -1, :], xdt)
+    to_end = (cs[..., -1:] - cs).exp().transpose(-1, -2)[..., None]  # (b, c, g, Q, r, 1)
+    states = B.transpose(-1, -2) @ (x_heads * to_end).flatten(-2)  # (b, c, g, n, r*p)
 
-    # 3. Pass states across chunks: the state entering chunk k is
-    # sum_{j <= k} exp(total dA of chunks j..k-1) * (chunk j-1's own state), with
-    # "chunk -1" the initial state.
-    if initial_states is None:
-        init = states.new_zeros(b, 1, g, r, p, n)
-    else:
-        init = initial_states.to(cdt).reshape(b, 1, g, r, p, n)
-    states = torch.cat([init, states], dim=1)  # (b, c+1, g, r, p, n)
-    chunk_dA = F.pad(dA.sum(-1), (1, 0))  # (b, g, r, c+1): total log-decay per chunk
-    chunk_decay = torch.exp(segsum(chunk_dA))  # (b, g, r, c+1, c+1)
-    states = torch.einsum("bgrkj,bjgrpn->bkgrpn", chunk_decay, states)
-    prev_states, final_states = states[:, :-1], states[:, -1]  # entering each chunk; after all
+    # 3. Pass states across chunks, a loop over chunks (not steps): the state entering
+    # chunk k+1 is exp(chunk k's total decay) times the state entering k, plus k's own.
+    S = states.new_zeros(b, g, n, r * p) if initial_states is None else \
+        initial_states.to(cdt).view(b, g, r, p, n).permute(0, 1, 4, 2, 3).reshape(b, g, n, r * p)
+    carry = cs[..., -1].exp()[:, :, :, None, :, None]  # (b, c, g, 1, r, 1)
+    entering = []
+    for k in range(c):
+        entering.append(S)
+        S = (S.unflatten(-1, (r, p)) * carry[:, k]).flatten(-2) + states[:, k]
+    prev_states = torch.stack(entering, dim=1)  # (b, c, g, n, r*p)
+    final_states = S.unflatten(-1, (r, p)).permute(0, 1, 3, 4, 2)  # (b, g, r, p, n)
 
     # 4. What the incoming state contributes to each step, decayed from the chunk start.
-    decay_in = torch.exp(dA.cumsum(-1))  # (b, g, r, c, Q)
-    y = y + torch.einsum("bclgn,bcgrpn,bgrcl->bclgrp", C, prev_states, decay_in)
+    decay_in = cs.exp().transpose(-1, -2)[..., None]  # (b, c, g, Q, r, 1)
+    y = y + (C @ prev_states).unflatten(-1, (r, p)) * decay_in  # (b, c, g, Q, r, p)
+    y = y.transpose(2, 3)  # (b, c, Q, g, r, p)
 
     y = y.reshape(b, c * Q, h, p)[:, :L]
     if D is not None:
