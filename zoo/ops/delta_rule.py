@@ -121,16 +121,18 @@ def gated_delta_rule_chunked(q, k, v, g, beta, scale=None, initial_state=None,
     rhs = torch.cat([beta[..., None] * v, (beta * G)[..., None] * k], dim=-1)  # (B, H, N, C, V+K)
     U0, W = torch.linalg.solve_triangular(IA, rhs, upper=False, unitriangular=True).split([V, K], -1)
 
-    # The state is the only thing that crosses chunks: a loop over chunks, not steps.
-    k_out = k * (b_last - b).exp()[..., None]  # (B, H, N, C, K) keys decayed to the chunk's end
+    # The state is the only thing that crosses chunks: a loop over chunks, not steps, with
+    # only what needs the state inside it; the rest runs batched over chunks around it.
+    k_out = (k * (b_last - b).exp()[..., None]).transpose(-1, -2)  # (B, H, N, K, C) decayed to the chunk's end
+    carry = b_last.exp()[..., None]  # (B, H, N, 1, 1)
     S = q.new_zeros(B, H, K, V) if initial_state is None else initial_state.to(acc)
-    U, o_inter = [], []
+    entering, U = [], []
     for n in range(N):
-        o_inter.append((q[:, :, n] * G[:, :, n, :, None]) @ S)  # (B, H, C, V) from the past
+        entering.append(S)
         U.append(U0[:, :, n] - W[:, :, n] @ S)  # (B, H, C, V) the chunk's corrected values
-        S = b_last[:, :, n, :, None].exp() * S + k_out[:, :, n].transpose(-1, -2) @ U[-1]
-    U, o_inter = torch.stack(U, dim=2), torch.stack(o_inter, dim=2)  # (B, H, N, C, V)
-    o = o_inter + qk.tril() @ U  # (B, H, N, C, V)
+        S = carry[:, :, n] * S + k_out[:, :, n] @ U[-1]
+    U, entering = torch.stack(U, dim=2), torch.stack(entering, dim=2)  # (B, H, N, C|K, V)
+    o = (q * G[..., None]) @ entering + qk.tril() @ U  # (B, H, N, C, V): the past, the chunk
 
     o = o.reshape(B, H, N * C, V)[:, :, :L].transpose(1, 2).to(out_dtype)  # (B, L, H, V)
     return o, (S if output_final_state else None)
