@@ -173,7 +173,7 @@ def test_mamba_forward_chunk_size_invariant(dtype):
     x = torch.randn(2, 13, 32, dtype=dtype)
     y = m(x)
     assert y.shape == x.shape and y.dtype == dtype and torch.isfinite(y).all()
-    assert m.backend == "torch_chunked"
+    assert m.backend == "cpu_fused"
     m.chunk_size = 1000
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(m(x), y, rtol=tol, atol=tol)

@@ -14,7 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..ops.fastpath import Kernel
-from ..ops.selective_scan import SELECTIVE_SCAN, selective_scan
+from ..ops.selective_scan import selective_scan, selective_scan_backend
 from .base import Mixer, check_positive
 
 # Fused conv + projections + scan. It calls causal-conv1d's C++ functions, which
@@ -31,7 +31,8 @@ DT_MIN, DT_MAX, DT_FLOOR = 1e-3, 0.1, 1e-4
 class Mamba(Mixer):
     name = "mamba"
     uses_mlp = False  # Mamba blocks conventionally have no MLP
-    fast_path = "mamba_ssm mamba_inner_fn + causal_conv1d (CUDA); else chunked torch scan"
+    fast_path = ("mamba_ssm mamba_inner_fn + causal_conv1d (CUDA); else a fused C++ scan (CPU); "
+                 "else chunked torch scan")
 
     def __init__(self, d_model: int, d_state: int = 16, d_conv: int = 4, expand: int = 2,
                  dt_rank: int | str = "auto", chunk_size: int = 64):
@@ -79,8 +80,8 @@ class Mamba(Mixer):
                                   self.dt_proj.weight, self.out_proj.weight, self.out_proj.bias,
                                   A, None, None, D, delta_bias=dt_bias, delta_softplus=True)
 
-        # selective_scan itself runs the CUDA scan kernel when it can.
-        self.backend = "mamba_ssm_scan" if SELECTIVE_SCAN.usable(x) else "torch_chunked"
+        # selective_scan itself runs the CUDA scan kernel, or the fused CPU one, when it can.
+        self.backend = selective_scan_backend(x)
         u, z = xz.chunk(2, dim=1)  # (B, di, L) each
         u = F.silu(self.conv1d(u)[..., :L])  # causal: keep the outputs that see no future
         dt, Bs, Cs = self.x_proj(u.transpose(1, 2)).split(

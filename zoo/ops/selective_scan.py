@@ -14,17 +14,32 @@ exp(delta*A) <= 1 are ever formed (never exp of a positive cumulative sum), so i
 stable for any length and step size. A log-depth (Hillis-Steele) scan inside the
 chunk was 2.7x slower on CPU (fwd+bwd at batch 32, dim 128, dstate 16, L 64 and 256),
 because each of its log T passes writes a fresh (batch, dim, T, dstate) tensor.
+
+On CPU the torch path still makes ~30 passes over (batch, dim, L, dstate) tensors, so
+``selective_scan`` runs ``selective_scan_fused_cpu`` there instead: one C++ pass forward,
+one backward (selective_scan_cpu.cpp, built on first use by cpu_kernels), 25x faster
+fwd+bwd single-threaded at batch 64, dim 256, dstate 16, L 256 in fp32.
 """
 from __future__ import annotations
 
+import ctypes
+
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint
 
+from . import cpu_kernels
 from .fastpath import Kernel
 
 SELECTIVE_SCAN = Kernel("mamba_ssm.ops.selective_scan_interface", "selective_scan_fn", "mamba-ssm",
                         "2.0.0", "the argument layouts of mamba_ssm 2")
+# The fused CPU kernel (selective_scan_cpu.cpp): pointers, then batch, dim, L, n, G, T.
+SCAN_CPP = "selective_scan_cpu.cpp"
+_P, _N = ctypes.c_void_p, ctypes.c_int64
+SCAN_SIGNATURES = {f"selective_scan_{way}_{s}": (_P,) * k + (_N,) * 6
+                   for way, k in (("fwd", 8), ("bwd", 13)) for s in ("f32", "f64")}
+SCAN_SIGNATURES["exp_approx_f32"] = (_P, _P, _N)
 
 
 def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
@@ -36,15 +51,44 @@ def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_sof
     Returns out (batch, dim, L) in u's dtype, and with ``return_last_state`` also the
     final state (batch, dim, dstate) in the accumulation dtype (float32, or float64).
     Runs mamba_ssm's CUDA kernel when it is importable and u is a CUDA tensor it
-    supports; otherwise ``selective_scan_chunked``."""
-    if SELECTIVE_SCAN.usable(u):
+    supports; else, on CPU, ``selective_scan_fused_cpu``; else ``selective_scan_chunked``."""
+    backend = selective_scan_backend(u, A, B, C)
+    if backend == "mamba_ssm_scan":
         # The kernel takes no chunk size, and (unlike the torch path) does not
         # backpropagate through the returned last state.
         return SELECTIVE_SCAN(u, delta, A, B, C, D=D, z=z, delta_bias=delta_bias,
                                    delta_softplus=delta_softplus,
                                    return_last_state=return_last_state)
-    return selective_scan_chunked(u, delta, A, B, C, D, z, delta_bias, delta_softplus,
-                                  return_last_state, chunk_size)
+    scan = selective_scan_fused_cpu if backend == "cpu_fused" else selective_scan_chunked
+    return scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state,
+                chunk_size)
+
+
+def selective_scan_backend(u, A=None, B=None, C=None) -> str:
+    """The path ``selective_scan`` takes for these inputs: "mamba_ssm_scan" (CUDA),
+    "cpu_fused" or "torch_chunked". A, B, C left out mean what Mamba passes: a real A
+    and per-step B and C of u's batch."""
+    if SELECTIVE_SCAN.usable(u):
+        return "mamba_ssm_scan"
+    return "cpu_fused" if _cpu_scan(u, A, B, C) is not None else "torch_chunked"
+
+
+def _cpu_scan(u, A=None, B=None, C=None) -> ctypes.CDLL | None:
+    """The fused CPU kernel's library when it runs these inputs, else None."""
+    if any(t.device.type != "cpu" for t in (u, A, B, C) if t is not None):
+        return None
+    if A is not None and (A.is_complex() or A.dim() != 2 or A.shape[0] != u.shape[1]):
+        return None
+    shapes = [X.shape for X in (B, C) if X is not None]
+    if any(len(s) == 2 for s in shapes):  # time-invariant (dim, dstate): the torch path
+        return None
+    groups = {1 if len(s) == 3 else s[1] for s in shapes}
+    if len(groups) > 1 or u.shape[1] % max(groups, default=1):  # the torch path says why
+        return None
+    if A is not None and any(s[0] != u.shape[0] or s[-1] != u.shape[2] or s[-2] != A.shape[1]
+                             for s in shapes):  # broadcast or mismatched: the torch path says
+        return None
+    return cpu_kernels.library(SCAN_CPP, SCAN_SIGNATURES)
 
 
 def selective_scan_ref(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
@@ -117,6 +161,82 @@ def selective_scan_chunked(u, delta, A, B, C, D=None, z=None, delta_bias=None,
         ys.append(y)
     y = torch.cat(ys, dim=2) if ys else u.new_zeros(batch, dim, 0)  # (b, d, L)
     return _finish(y, h, u, D, z, dtype_in, return_last_state)
+
+
+def selective_scan_fused_cpu(u, delta, A, B, C, D=None, z=None, delta_bias=None,
+                             delta_softplus=False, return_last_state=False, chunk_size=64):
+    """The selective scan by the fused C++ kernel (selective_scan_cpu.cpp), forward and
+    backward; same signature and results as ``selective_scan_chunked``, to which it falls
+    back for what the kernel does not take (CUDA tensors, complex A, time-invariant B or
+    C, no compiler). ``chunk_size`` is how many steps the backward recomputes from each
+    kept state. The bias, softplus, D and the gate stay in torch (autograd)."""
+    if not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"selective_scan: chunk_size must be a positive integer, got {chunk_size!r}")
+    lib = _cpu_scan(u, A, B, C)
+    if lib is None or delta.shape != u.shape:
+        return selective_scan_chunked(u, delta, A, B, C, D, z, delta_bias, delta_softplus,
+                                      return_last_state, chunk_size)
+    dtype_in = u.dtype
+    acc = torch.float64 if dtype_in == torch.float64 else torch.float32  # as the torch path
+    u, delta, A = u.to(acc), delta.to(acc), A.to(acc)
+    if delta_bias is not None:
+        delta = delta + delta_bias.to(acc)[:, None]
+    if delta_softplus:
+        delta = F.softplus(delta)
+    # (b, n, L) or (b, G, n, L) -> (b, G, L, n): one step's n values adjacent for the kernel
+    B, C = ((X[:, None] if X.dim() == 3 else X).to(acc).transpose(-1, -2).contiguous()
+            for X in (B, C))
+    y, h = _FusedScan.apply(lib, u, delta, A, B, C, chunk_size)  # (b, d, L), (b, d, n)
+    return _finish(y, h, u, D, z, dtype_in, return_last_state)
+
+
+class _FusedScan(torch.autograd.Function):
+    """(the kernel's library; u, dt (b, d, L); A (d, n); B, C (b, G, L, n); T) -> y (b, d, L),
+    last state (b, d, n). Keeps the inputs and the state entering every T steps; backward
+    recomputes from those."""
+
+    @staticmethod
+    def forward(ctx, lib, u, dt, A, B, C, T):
+        f64 = u.dtype == torch.float64
+        fwd = lib.selective_scan_fwd_f64 if f64 else lib.selective_scan_fwd_f32
+        # kept from here: torch_only() or LINBENCH_NO_CPU_KERNELS may be on by the backward
+        ctx.bwd = lib.selective_scan_bwd_f64 if f64 else lib.selective_scan_bwd_f32
+        u, dt, A = u.contiguous(), dt.contiguous(), A.contiguous()
+        (batch, dim, L), (G, n) = u.shape, (B.shape[1], A.shape[1])
+        y = u.new_empty(batch, dim, L)
+        h_last = u.new_empty(batch, dim, n)
+        h_chunks = u.new_empty(batch, dim, -(-L // T), n)  # the state entering each chunk
+        at = cpu_kernels.at
+
+        def run(b0, b1):
+            fwd(at(u, b0), at(dt, b0), at(A), at(B, b0), at(C, b0), at(y, b0), at(h_last, b0),
+                at(h_chunks, b0), b1 - b0, dim, L, n, G, T)
+
+        cpu_kernels.over_batch(run, batch)
+        ctx.save_for_backward(u, dt, A, B, C, h_chunks)
+        ctx.T = T
+        ctx.set_materialize_grads(False)  # no zero-filled d(last state) when it is unused
+        return y, h_last
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy, dh_last):
+        u, dt, A, B, C, h_chunks = ctx.saved_tensors
+        (batch, dim, L), (G, n) = u.shape, (B.shape[1], A.shape[1])
+        dy = torch.zeros_like(u) if dy is None else dy.to(u.dtype).contiguous()
+        dh_last = None if dh_last is None else dh_last.to(u.dtype).contiguous()
+        du, ddt = torch.empty_like(u), torch.empty_like(u)
+        dA = u.new_empty(batch, dim, n)  # per batch row, so that slices never share a sum
+        dB, dC = torch.empty_like(B), torch.empty_like(C)
+        at = cpu_kernels.at
+
+        def run(b0, b1):
+            ctx.bwd(at(u, b0), at(dt, b0), at(A), at(B, b0), at(C, b0), at(h_chunks, b0),
+                at(dy, b0), None if dh_last is None else at(dh_last, b0), at(du, b0),
+                at(ddt, b0), at(dA, b0), at(dB, b0), at(dC, b0), b1 - b0, dim, L, n, G, ctx.T)
+
+        cpu_kernels.over_batch(run, batch)
+        return None, du, ddt, dA.sum(0), dB, dC, None
 
 
 def _finish(y, h, u, D, z, dtype_in, return_last_state):
