@@ -13,6 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..ops.conv import causal_conv1d
 from ..ops.fastpath import Kernel
 from ..ops.selective_scan import selective_scan, selective_scan_backend
 from .base import Mixer, check_positive
@@ -70,26 +71,27 @@ class Mamba(Mixer):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, L, _ = x.shape
-        xz = self.in_proj(x).transpose(1, 2)  # (B, 2*di, L): the scan wants L innermost
+        xz = self.in_proj(x)  # (B, L, 2*di)
         A = -torch.exp(self.A_log.float())  # (di, N), fp32 whatever the module dtype
         D, dt_bias = self.D.float(), self.dt_proj.bias.float()
 
         if 2 <= self.d_conv <= 4 and MAMBA_INNER.usable(x):  # causal-conv1d: widths 2-4
             self.backend = "mamba_ssm_fused"
-            return MAMBA_INNER(xz, self.conv1d.weight, self.conv1d.bias, self.x_proj.weight,
-                                  self.dt_proj.weight, self.out_proj.weight, self.out_proj.bias,
-                                  A, None, None, D, delta_bias=dt_bias, delta_softplus=True)
+            return MAMBA_INNER(xz.transpose(1, 2), self.conv1d.weight, self.conv1d.bias,
+                               self.x_proj.weight, self.dt_proj.weight, self.out_proj.weight,
+                               self.out_proj.bias, A, None, None, D, delta_bias=dt_bias,
+                               delta_softplus=True)  # xz as (B, 2*di, L): L innermost
 
         # selective_scan itself runs the CUDA scan kernel, or the fused CPU one, when it can.
         self.backend = selective_scan_backend(x)
-        u, z = xz.chunk(2, dim=1)  # (B, di, L) each
-        u = F.silu(self.conv1d(u)[..., :L])  # causal: keep the outputs that see no future
-        dt, Bs, Cs = self.x_proj(u.transpose(1, 2)).split(
+        u, z = xz.chunk(2, dim=-1)  # (B, L, di) each
+        u = F.silu(causal_conv1d(u, self.conv1d.weight, self.conv1d.bias))  # (B, L, di)
+        dt, Bs, Cs = self.x_proj(u).split(
             [self.dt_rank, self.d_state, self.d_state], dim=-1)  # (B, L, R), (B, L, N) x2
-        dt = F.linear(dt, self.dt_proj.weight).transpose(1, 2)  # (B, di, L), bias in the scan
-        y = selective_scan(u, dt, A, Bs.transpose(1, 2), Cs.transpose(1, 2), D, z=z,
-                           delta_bias=dt_bias, delta_softplus=True,
-                           chunk_size=self.chunk_size)  # (B, di, L)
+        dt = F.linear(dt, self.dt_proj.weight)  # (B, L, di), bias in the scan
+        y = selective_scan(*(t.transpose(1, 2) for t in (u, dt)), A, Bs.transpose(1, 2),
+                           Cs.transpose(1, 2), D, z=z.transpose(1, 2), delta_bias=dt_bias,
+                           delta_softplus=True, chunk_size=self.chunk_size)  # (B, di, L)
         return self.out_proj(y.transpose(1, 2))
 
     def core_flops(self, B: int, L: int) -> float:
