@@ -1,24 +1,56 @@
-"""The shifted-sum causal depthwise conv against F.conv1d, forward and every gradient."""
+"""The causal depthwise conv, both CPU forms (the fused C++ kernel and the shifted sums it
+falls back to), against F.conv1d, forward and every gradient."""
 import pytest
 import torch
 
-from zoo.ops import causal_conv1d, causal_conv1d_ref
+from zoo.ops import causal_conv1d, causal_conv1d_ref, conv
 
 
+def shifted(x, w, b=None):
+    return conv._ShiftedConv.apply(x, w, b)
+
+
+@pytest.mark.parametrize("form", [causal_conv1d, shifted], ids=["fused", "shifted"])
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("W", [1, 2, 4, 5])
 @pytest.mark.parametrize("L", [1, 3, 37])
-def test_matches_conv1d(L, W, bias):
+def test_matches_conv1d(form, L, W, bias):
     g = torch.Generator().manual_seed(L * 10 + W)
-    x = torch.randn(2, L, 7, generator=g, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(3, L, 7, generator=g, dtype=torch.float64, requires_grad=True)
     w = torch.randn(7, 1, W, generator=g, dtype=torch.float64, requires_grad=True)
     b = torch.randn(7, generator=g, dtype=torch.float64, requires_grad=True) if bias else None
     inputs = [t for t in (x, w, b) if t is not None]
-    y, y_ref = causal_conv1d(x, w, b), causal_conv1d_ref(x, w, b)
+    y, y_ref = form(x, w, b), causal_conv1d_ref(x, w, b)
     torch.testing.assert_close(y, y_ref, rtol=1e-12, atol=1e-12)
     dy = torch.randn_like(y)
     for got, want in zip(torch.autograd.grad(y, inputs, dy), torch.autograd.grad(y_ref, inputs, dy)):
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_fused_kernel_runs_over_batch_slices_in_fp32(monkeypatch):
+    calls = []
+    real = conv._FusedConv.apply
+    monkeypatch.setattr(conv._FusedConv, "apply", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 3)  # three slices of the batch
+    x = torch.randn(5, 40, 24, requires_grad=True)
+    w, b = torch.randn(24, 1, 4, requires_grad=True), torch.randn(24, requires_grad=True)
+    y = causal_conv1d(x, w, b)
+    assert calls == [1]
+    y_ref = causal_conv1d_ref(x, w, b)
+    torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-5)
+    dy = torch.randn_like(y)
+    for got, want in zip(torch.autograd.grad(y, (x, w, b), dy), torch.autograd.grad(y_ref, (x, w, b), dy)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_falls_back_to_shifted_sums(monkeypatch):
+    monkeypatch.setenv("LINBENCH_NO_CPU_KERNELS", "1")
+    monkeypatch.setattr(conv._FusedConv, "apply", lambda *a: pytest.fail("the kernel is off"))
+    x, w = torch.randn(2, 9, 5, dtype=torch.float64), torch.randn(5, 1, 3, dtype=torch.float64)
+    torch.testing.assert_close(causal_conv1d(x, w), causal_conv1d_ref(x, w))
+    xb = x.bfloat16()  # no bf16 kernel: the shifted sums, whatever the switch
+    monkeypatch.delenv("LINBENCH_NO_CPU_KERNELS")
+    assert causal_conv1d(xb, w.bfloat16()).dtype == torch.bfloat16
 
 
 def test_causal():

@@ -139,7 +139,7 @@ def rope(x: torch.Tensor) -> torch.Tensor:
 
 class RetNet(Mixer):
     name = "retnet"
-    fast_path = "fla chunk_rwkv6 with fixed decay (CUDA); else chunked torch scan"
+    fast_path = "fla chunk_rwkv6 with fixed decay (CUDA); else chunked masked, decayed attention"
 
     def __init__(self, d_model: int, n_heads: int = 4, expand_v: int = 2, chunk_size: int = 64):
         super().__init__()

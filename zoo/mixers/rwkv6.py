@@ -18,7 +18,7 @@ from .base import Mixer, check_positive, chunked_linear_attention_flops
 
 class RWKV6(Mixer):
     name = "rwkv6"
-    fast_path = "fla chunk_rwkv6 (CUDA); else chunked torch scan"
+    fast_path = "fla chunk_rwkv6 (CUDA); else chunked torch scan (matmul scores)"
 
     def __init__(self, d_model: int, head_size: int = 32, mix_rank: int = 32,
                  decay_rank: int = 64, chunk_size: int = 64):
