@@ -8,7 +8,7 @@ import argparse
 import torch
 
 from . import MIXERS
-from .ops import status
+from .ops import cpu_kernels, status
 
 
 def mixer_table(d_model: int, seq_len: int) -> list[dict]:
@@ -30,7 +30,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     print_table(mixer_table(args.d_model, args.seq_len))
     print()
-    print_table(status())
+    print_table(status() + cpu_kernels.status())  # the CUDA kernels, then the CPU ones
 
 
 def print_table(rows: list[dict]) -> None:
