@@ -178,9 +178,11 @@ def run(cfg: MQARConfig, workdir: Path | None = None, progress: bool = True) -> 
 
 # Grids as data; ``grid_configs`` (or a sweep file) turns them into MQARConfigs.
 # As in Zoology, blocks have no MLP (d_ff=0), attention has one head and learned
-# positions, and the other mixers get no position embeddings (``zoo_positions``).
-# ``mixer_options`` are the recipe's settings for named mixers; any other mixer keeps
-# its own defaults.
+# positions, and the recurrent mixers get no position embeddings; the sliding window,
+# absent from Zoology's figure, gets them too, as softmax attention needs them to see
+# order (``zoo_positions``). ``mixer_options`` are the recipe's settings for named
+# mixers, ``mixer_n_layers`` their depths where they differ from ``n_layers``; any
+# other mixer keeps its own defaults.
 ZOO_CONVENTIONS = {
     "d_ff": 0, "n_layers": 2,
     "mixer_options": {"attention": {"n_heads": 1}, "sliding_window": {"n_heads": 1}},
@@ -206,10 +208,14 @@ LOCAL_GRID = {
     "num_train_examples": 20_000, "num_test_examples": 1_000,
 }
 
-# Zoology (Arora et al., 2023) Figure 2: 100k train / 3k test examples, batch size by
-# L, 64 epochs with a cosine decay to 0, early stop at 0.99 accuracy, evaluated every epoch.
+# Zoology (Arora et al., 2023) Figure 2, as its config file (experiments/
+# iclr24_zoology_figure2/configs.py) builds it: 100k train / 3k test examples, batch size
+# by L, 64 epochs with a cosine decay to 0, early stop at 0.99 accuracy, evaluated every
+# epoch; 2 layers for attention and 4 for every other mixer; the free slots filled with
+# zeros (random_non_queries=False). The one definition: sweeps/mqar.py runs it.
 ZOOLOGY_FIG2_GRID = {
     **ZOO_CONVENTIONS,
+    "n_layers": 4, "mixer_n_layers": {"attention": 2},
     "points": [{"seq_len": 64, "num_kv_pairs": 4, "vocab_size": 8192, "batch_size": 512},
                {"seq_len": 128, "num_kv_pairs": 8, "vocab_size": 8192, "batch_size": 512},
                {"seq_len": 256, "num_kv_pairs": 16, "vocab_size": 8192, "batch_size": 256},
@@ -219,9 +225,9 @@ ZOOLOGY_FIG2_GRID = {
     "epochs": 64,
     "train": {"warmup_steps": 0, "min_lr_ratio": 0.0, "target": 0.99},
     "num_train_examples": 100_000, "num_test_examples": 3_000,
-    # Zoology's generator fills the free slots with random tokens by default (as here);
-    # its figure-2 config file passes random_non_queries=False. Set False to match it.
-    "random_non_queries": True,
+    # Zoology's generator fills the free slots with random tokens by default; its
+    # figure-2 config file passes random_non_queries=False.
+    "random_non_queries": False,
 }
 
 
@@ -231,6 +237,7 @@ def grid_configs(grid: dict, mixer: str, mixer_options: dict | None = None, seed
     replace top-level MQARConfig fields (e.g. ``cache_dir``)."""
     options = {**grid["mixer_options"].get(mixer, {}), **(mixer_options or {})}
     positions = zoo_positions(mixer)
+    n_layers = grid.get("mixer_n_layers", {}).get(mixer, grid["n_layers"])
     out = []
     for point in grid["points"]:
         L, V, bs = point["seq_len"], point["vocab_size"], point["batch_size"]
@@ -241,7 +248,7 @@ def grid_configs(grid: dict, mixer: str, mixer_options: dict | None = None, seed
             train_kw.update(steps=grid["epochs"] * per_epoch, eval_every=per_epoch)
         for d_model in grid["d_model"]:
             for lr in grid["lr"]:
-                model = ModelConfig(vocab_size=V, d_model=d_model, n_layers=grid["n_layers"], max_len=L,
+                model = ModelConfig(vocab_size=V, d_model=d_model, n_layers=n_layers, max_len=L,
                                     d_ff=grid["d_ff"], mixer=mixer, mixer_options=options,
                                     positions=positions)
                 out.append(MQARConfig(seed=seed, model=model, train=TrainConfig(**train_kw, lr=lr),

@@ -122,8 +122,10 @@ def test_grids_are_valid_configs():
     assert c.vocab_size == c.model.vocab_size == 8192 and c.model.n_layers == 2
     assert c.model.mixer_options == {"n_heads": 1} and c.model.d_ff == 0
     assert c.train.steps == 64 * (100_000 // 512) and c.train.eval_every == 100_000 // 512
+    assert c.random_non_queries is False  # zeros in the free slots, as Zoology's figure-2 file
     mamba = grid_configs(ZOOLOGY_FIG2_GRID, "mamba")
-    assert mamba[0].model.positions == "none"  # position embeddings for attention only
+    assert mamba[0].model.positions == "none"  # no position embeddings for a recurrent mixer
+    assert mamba[0].model.n_layers == 4  # Zoology's figure: 4 layers but for attention's 2
     local = grid_configs(LOCAL_GRID, "sliding_window", {"window": 4}, cache_dir="/tmp/x")
     assert len(local) == 2 * 2 and local[0].model.mixer_options == {"n_heads": 1, "window": 4}
     assert local[0].cache_dir == "/tmp/x"
@@ -229,3 +231,15 @@ def test_short_sliding_window_cannot(attention_run):
     with one_thread():
         rec = run(cfg.replace(model=model, train=cfg.train.replace(steps=att["steps"])), progress=False)
     assert rec["accuracy"] < 0.5 < att["accuracy"], (rec["accuracy"], att["accuracy"])
+
+
+def test_the_mqar_sweep_is_the_grid():
+    """sweeps/mqar.py defines no grid of its own: its runs are grid_configs of ZOOLOGY_FIG2_GRID."""
+    from sweeps.core import load_sweep
+
+    sweep = load_sweep("mqar")
+    want = [c for name, options in (("attention", {}), ("sliding_window", {"window": 16}),
+                                    ("mamba", {}), ("mamba2", {}), ("rwkv6", {}), ("retnet", {}),
+                                    ("grassmann", {}))
+            for c in grid_configs(ZOOLOGY_FIG2_GRID, name, options)]
+    assert [run.config for run in sweep.runs] == want
