@@ -19,6 +19,16 @@ def lm_loss(model, batch) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
 
 
+def labelled_lm_loss(model: zoo.LM, batch) -> torch.Tensor:
+    """``lm_loss`` with the head applied only where a target is labelled (not -100): the
+    same loss, for a task that labels few positions (MQAR labels the queried values, kv of
+    L), whose step the (B, L, V) logits would otherwise dominate on a CPU."""
+    inputs, targets = batch
+    h = model.features_embedded(model.embed(inputs))  # (B, L, D)
+    keep = targets != -100
+    return F.cross_entropy(model.head(h[keep]).float(), targets[keep])  # (N, V) logits
+
+
 def model_metadata(model: zoo.LM, seq_len: int) -> dict:
     """Size and state of a built model: the fields every record reports."""
     return {

@@ -32,7 +32,7 @@ import zoo
 from zoo.config import StrictConfig, check_bounds
 from zoo.model import ModelConfig
 
-from .common import environment, lm_loss, model_metadata
+from .common import environment, labelled_lm_loss, model_metadata
 from .data import cached, fingerprint
 from .mqar_data import GENERATOR_VERSION, check_mqar, mqar_examples
 from .train import TrainConfig, train
@@ -152,7 +152,7 @@ def run(cfg: MQARConfig, workdir: Path | None = None, progress: bool = True) -> 
     ckpt = Path(workdir) / "checkpoint.pt" if workdir is not None else None
     if ckpt is not None:
         ckpt.parent.mkdir(parents=True, exist_ok=True)
-    res = train(model, cfg.train, batch_fn, lm_loss,
+    res = train(model, cfg.train, batch_fn, labelled_lm_loss,
                 eval_fn=lambda m: evaluate(m, test_x, test_y, cfg.eval_batch_size),
                 metric="accuracy", higher_is_better=True, checkpoint=ckpt, progress=progress,
                 tokens_per_step=cfg.train.batch_size * cfg.seq_len,

@@ -235,3 +235,19 @@ def test_marked_parameters_get_no_weight_decay():
         assert set(marked) <= no_decay, no_decay
         assert any(names[id(p)].endswith("out_proj.weight") or names[id(p)].endswith("output.weight")
                    for p in decayed["params"])
+
+
+def test_labelled_loss_is_the_lm_loss_with_the_head_where_labels_are():
+    from tasks.common import labelled_lm_loss
+
+    torch.manual_seed(0)
+    model = zoo.build_model(zoo.ModelConfig(vocab_size=50, d_model=16, n_layers=2, max_len=12))
+    x = torch.randint(50, (3, 12))
+    y = torch.full((3, 12), -100)
+    y[:, 3::4] = torch.randint(50, (3, 3))  # a few labelled slots, as MQAR's queries
+    params = list(model.parameters())
+    want = lm_loss(model, (x, y))
+    got = labelled_lm_loss(model, (x, y))
+    torch.testing.assert_close(got, want)
+    for a, b in zip(torch.autograd.grad(got, params), torch.autograd.grad(want, params)):
+        torch.testing.assert_close(a, b)

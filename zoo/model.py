@@ -198,9 +198,13 @@ class LM(nn.Module):
         return self.drop(h)
 
     def forward_embedded(self, h: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features_embedded(h))  # (B, L, V)
+
+    def features_embedded(self, h: torch.Tensor) -> torch.Tensor:
+        """The final normalised hidden states (B, L, D) the head reads."""
         for block in self.blocks:
             h = block(h)
-        return self.head(self.norm_f(h))  # (B, L, V)
+        return self.norm_f(h)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.forward_embedded(self.embed(tokens))
