@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import platform
 from pathlib import Path
@@ -82,3 +83,13 @@ def run_from_cli(cfg, args: argparse.Namespace, run, show) -> dict:
         args.out.write_text(json.dumps(record, indent=1))
     print(show(record))
     return record
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    """``rows`` (dicts with the first row's keys) to a CSV at ``path``, folders made."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"wrote {len(rows)} rows to {path}")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import csv
 import json
 import time
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ import torch.nn.functional as F
 import zoo
 from zoo.config import StrictConfig, check_bounds, check_choice
 
-from .common import environment
+from .common import environment, write_csv
 from .flops import flops
 from .timing import measure, run_point
 
@@ -278,12 +277,7 @@ def main(argv=None) -> list[dict]:
     print()
     print(format_table(rows, TABLE))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        with open(args.out, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
-        print(f"wrote {len(rows)} rows to {args.out}")
+        write_csv(rows, args.out)
     return records
 
 

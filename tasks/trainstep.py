@@ -30,7 +30,7 @@ import torch.nn.functional as F
 import zoo
 from zoo.config import StrictConfig, check_bounds, check_choice
 
-from .common import environment
+from .common import environment, write_csv
 from .scaling import _backend, parse_mixers
 from .timing import measure, run_point
 
@@ -251,12 +251,7 @@ def main(argv=None) -> list[dict]:
     print()
     print(markdown_table(rows))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        with open(args.out, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
-        print(f"wrote {len(rows)} rows to {args.out}")
+        write_csv(rows, args.out)
     return rows
 
 

@@ -32,9 +32,9 @@ Readings, each an explicit option:
   1e-6: it only differs on near-degenerate pairs (|p| < 1e-6, z_t almost parallel to
   its partner) and caps the 1/|p| gradient of the normalisation at 1e6 instead of 1e8.
 ``impl`` picks how g is computed; all compute the same function: "eager" is the
-readable reference below; "factored", the default, is 4-6x faster than it in a CPU
-training step (tasks/trainstep.py); "factored" (plain torch), "compiled" (the same under
-torch.compile) and "fused" (Triton kernels, forward and backward; CPU only through
+readable reference below; "factored", the default, is 4-7x faster than it in a CPU
+training step (results/reference/trainstep_cpu*.csv); "factored" (plain torch),
+"compiled" (the same under torch.compile) and "fused" (Triton kernels, forward and backward; CPU only through
 TRITON_INTERPRET=1) use the exact factorisation of ``zoo/ops/grassmann.py``, which
 never lists the (B, L, |Δ|, 496) Plücker tensor. "auto" times "factored", "compiled"
 and, on CUDA, "fused" on the first input of each shape bucket and runs the fastest (a

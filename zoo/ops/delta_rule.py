@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from .fastpath import Kernel
+from .rwkv6 import matmul_range
 
 # 0.1.0 took (B, H, L, K) by default (head_first=True); 0.1.1 made (B, L, H, K), the layout we
 # call it in, the default (we never pass head_first: 0.4 deprecates it, 0.6 refuses it). We ask
@@ -138,19 +139,13 @@ def gated_delta_rule_chunked(q, k, v, g, beta, scale=None, initial_state=None,
     return o, (S if output_final_state else None)
 
 
-# The largest total log decay of a (chunk, head) whose products are split about its middle:
-# every factor exp(+-x) then has |x| <= MATMUL_RANGE / 2 (fp32 overflows at 88).
-MATMUL_RANGE = {torch.float64: 600.0}
-MATMUL_RANGE_DEFAULT = 60.0
-
-
 def decayed_products(q, k, b):
     """(k_t.k_s exp(b_t - b_s), q_t.k_s exp(b_t - b_s)) for s <= t; garbage above the
     diagonal, which the caller masks. q, k: (..., C, K); b: (..., C) inclusive cumulative
     log decay. exp(b_t - b_s) = exp(b_t - m) exp(m - b_s) with m = b_{C-1} / 2 keeps
     both factors within exp(+-|b_{C-1}| / 2); a chunk steeper than MATMUL_RANGE is
     recomputed with exp(b_t - b_s) masked before exp, where no exponent is positive."""
-    limit = MATMUL_RANGE.get(q.dtype, MATMUL_RANGE_DEFAULT)
+    limit = matmul_range(q.dtype)
     mid = b[..., -1:] / 2
     up = (b - mid).clamp(max=limit / 2).exp()[..., None]  # (..., C, 1); the clamp only
     down = (mid - b).clamp(max=limit / 2).exp()[..., None]  # bites in steep chunks

@@ -125,10 +125,15 @@ def rwkv6_scan_torch(q, k, v, w, u, scale=None, initial_state=None, output_final
     return o, (S if output_final_state else None)
 
 
-# The largest total log decay of a chunk whose scores are formed as one matmul: every
-# factor exp(+-x) then has |x| <= MATMUL_RANGE / 2 (far from fp32's 88 and fp64's 709).
+# The largest total log decay of a chunk whose decayed products are split about its
+# middle into one matmul: every factor exp(+-x) then has |x| <= MATMUL_RANGE / 2 (far from
+# fp32's 88 and fp64's 709). Shared by the chunk forms of zoo/ops/ssd.py and delta_rule.py.
 MATMUL_RANGE = {torch.float64: 600.0}
 MATMUL_RANGE_DEFAULT = 60.0
+
+
+def matmul_range(dtype: torch.dtype) -> float:
+    return MATMUL_RANGE.get(dtype, MATMUL_RANGE_DEFAULT)
 
 
 def intra_chunk_scores(q, k, b_prev, b):
@@ -138,7 +143,7 @@ def intra_chunk_scores(q, k, b_prev, b):
     One matmul for chunks whose total decay -b_{C-1} is within MATMUL_RANGE (see the
     module docstring); the pairwise form, stable for any decay, for the others."""
     C = q.shape[-2]
-    limit = MATMUL_RANGE.get(q.dtype, MATMUL_RANGE_DEFAULT)
+    limit = matmul_range(q.dtype)
     strict = torch.ones(C, C, dtype=torch.bool, device=q.device).tril(-1)  # (t, s): s < t
     r = b[..., -1:, :] / 2  # (..., 1, K) halfway along the chunk's decay
     # The clamp changes nothing in the chunks the matmul serves; it keeps the steep ones,

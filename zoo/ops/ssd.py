@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from .fastpath import Kernel
+from .rwkv6 import matmul_range
 
 # Also the source of the fused Mamba-2 block (zoo/mixers/mamba2.py); no float64 kernels.
 SSD_SCAN = Kernel("mamba_ssm.ops.triton.ssd_combined", "mamba_chunk_scan_combined", "mamba-ssm",
@@ -81,12 +82,6 @@ def ssd_scan_ref(x, dt, A, B, C, chunk_size=64, D=None, z=None, dt_bias=None, dt
     return (y, H) if return_final_states else y
 
 
-# The largest total log decay of a (chunk, head) whose intra-chunk part is one matmul
-# per group: every factor exp(+-x) then has |x| <= MATMUL_RANGE / 2 (fp32 overflows at 88).
-MATMUL_RANGE = {torch.float64: 600.0}
-MATMUL_RANGE_DEFAULT = 60.0
-
-
 def ssd_scan_chunked(x, dt, A, B, C, chunk_size=64, D=None, z=None, dt_bias=None, dt_softplus=False,
                      initial_states=None, return_final_states=False):
     """Pure-PyTorch SSD, same signature and semantics as ``ssd_scan``."""
@@ -134,7 +129,7 @@ def ssd_scan_chunked(x, dt, A, B, C, chunk_size=64, D=None, z=None, dt_bias=None
     # past MATMUL_RANGE / 2, that (chunk, head) is recomputed with its pairwise decays.
     causal = torch.ones(Q, Q, dtype=torch.bool, device=x.device).tril()
     scores = (C @ B.transpose(-1, -2)).masked_fill(~causal, 0.0)  # (b, c, g, Q, Q)
-    limit = MATMUL_RANGE.get(cdt, MATMUL_RANGE_DEFAULT)
+    limit = matmul_range(cdt)
     mid = cs[..., -1:] / 2  # (b, c, g, r, 1)
     into = (mid - cs).clamp(max=limit / 2).exp().transpose(-1, -2)[..., None]  # (b, c, g, Q, r, 1)
     out_of = (cs - mid).clamp(max=limit / 2).exp().transpose(-1, -2)[..., None]
