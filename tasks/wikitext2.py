@@ -33,6 +33,7 @@ from zoo.config import StrictConfig, check_bounds, check_choice
 
 from .common import add_run_arguments, environment, lm_loss, model_metadata, run_from_cli
 from .data import load_wikitext2, published_rows, unigram_perplexity
+from .flops import flops
 from .train import TrainConfig, train
 
 # Presets as data. "tiny" and "cpu-2L" are not the paper's: the paper's block at a
@@ -207,6 +208,7 @@ def run(cfg: WikiText2Config, workdir: Path | None = None, progress: bool = True
         with torch.autocast(device.type, torch.bfloat16, enabled=device.type == "cuda" and tcfg.amp):
             test_ppl = perplexity(model, test, B)
     scored = valid.n * L  # the unigram bar is measured on the same validation tokens
+    cost = flops(model, B, L)  # the training step's estimate, for curves at equal compute
     return {
         "task": "wikitext2", "preset": cfg.preset,
         "setting": f"{mcfg.n_layers}L/{L}",  # as the published rows name theirs: layers/context
@@ -221,6 +223,8 @@ def run(cfg: WikiText2Config, workdir: Path | None = None, progress: bool = True
         "val_tokens_scored": scored, "test_tokens_scored": test.n * L,
         "eval_steps": [h["step"] for h in result.history],
         "val_ppl_history": [h.get("val_ppl") for h in result.history],
+        "train_loss_history": [h.get("train_loss") for h in result.history],
+        "train_flops_per_token": cost["fwd_bwd"] / (B * L) if cost else None,
         "best_val_ppl": result.best, "test_ppl": test_ppl, "final_train_loss": result.final_loss,
         "unigram_val_ppl": unigram_perplexity(corpus["train"], corpus["valid"][: scored + 1][1:],
                                               corpus["vocab_size"]),
