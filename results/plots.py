@@ -1,7 +1,8 @@
 """Figures of a sweep, drawn from its long-format table (``records.records_frame``).
 
 Every figure aggregates seeds the same way: the line is the mean over seeds and the
-band seaborn's 95% bootstrap confidence interval. A figure is drawn only when the
+band seaborn's 95% bootstrap confidence interval (but for MQAR against state size,
+whose points may share a state size, so it draws the means only). A figure is drawn only when the
 records hold its data, so ``plot_all`` works on any sweep.
 """
 from __future__ import annotations
@@ -15,6 +16,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib import ticker  # noqa: E402
+
+from results.report import best_over_lr  # noqa: E402
 
 CI = ("ci", 95)
 # Scaling measurements by the names a record may use for them, with their axis label.
@@ -92,26 +95,44 @@ def plot_perplexity(df: pd.DataFrame, out: Path) -> Path | None:
     return _save(g.figure, out / "wikitext2_perplexity_vs_params.png")
 
 
-def plot_lm_curves(df: pd.DataFrame, out: Path) -> Path | None:
+def plot_lm_curves(df: pd.DataFrame, out: Path) -> list[Path]:
     """Language modelling: validation perplexity against training tokens, one line per
-    model (mean over seeds, 95% band), from each run's evaluation history."""
+    model (mean over seeds, 95% band), from each run's evaluation history; and the same
+    against training FLOPs where every run records its FLOPs per token, since models of
+    matched parameters can differ in compute."""
     rows = _ok(df, "wikitext2")
     need = ("eval_steps", "val_ppl_history", "batch_size", "seq_len")
     if rows.empty or any(c not in rows for c in need):
-        return None
+        return []
+    rows = rows[rows["eval_steps"].apply(lambda v: isinstance(v, list))]
     hue = _hue(rows)
-    points = [{hue: r[hue], "seed": r.get("seed"), "tokens": step * r["batch_size"] * r["seq_len"], "ppl": ppl}
-              for _, r in rows.iterrows() if isinstance(r["eval_steps"], list)
+    points = [{hue: r[hue], "run": i, "seed": r.get("seed"), "tokens": step * r["batch_size"] * r["seq_len"],
+               "ppl": ppl}
+              for i, r in rows.iterrows()
               for step, ppl in zip(r["eval_steps"], r["val_ppl_history"]) if ppl is not None]
     if not points:
-        return None
+        return []
     curves = pd.DataFrame(points)
+    paths = [_lm_curve_figure(curves, hue, "tokens", "training tokens", out / "wikitext2_val_ppl_vs_tokens.png")]
+    per_token = rows.get("train_flops_per_token", pd.Series(float("nan"), index=rows.index))
+    if per_token.notna().all():  # records older than this field: the tokens figure only
+        curves["flops"] = curves["tokens"] * per_token.loc[curves["run"]].to_numpy()
+        per_flop = ticker.EngFormatter(places=1, unit="FLOP/token")
+        names = {k: f"{k} ({'/'.join(per_flop(v) for v in sorted(vs))})"
+                 for k, vs in per_token.groupby(rows[hue]).unique().items()}
+        curves[hue] = curves[hue].map(names)
+        paths.append(_lm_curve_figure(curves, hue, "flops", "training FLOPs", out / "wikitext2_val_ppl_vs_flops.png"))
+    return paths
+
+
+def _lm_curve_figure(curves: pd.DataFrame, hue: str, x: str, xlabel: str, path: Path) -> Path:
+    """Validation perplexity against the column ``x`` of ``curves``, mean over seeds."""
     # the legend lists the models best first, by their mean at their last evaluation
-    last = curves[curves["tokens"] == curves.groupby(hue)["tokens"].transform("max")]
+    last = curves[curves[x] == curves.groupby(hue)[x].transform("max")]
     order = list(last.groupby(hue)["ppl"].mean().sort_values().index)
     fig, ax = plt.subplots(figsize=(5.6, 3.8))
-    sns.lineplot(curves, x="tokens", y="ppl", hue=hue, hue_order=order, marker="o", errorbar=CI, ax=ax)
-    ax.set(xlabel="training tokens", ylabel="validation perplexity")
+    sns.lineplot(curves, x=x, y="ppl", hue=hue, hue_order=order, marker="o", errorbar=CI, ax=ax)
+    ax.set(xlabel=xlabel, ylabel="validation perplexity")
     ax.xaxis.set_major_formatter(ticker.EngFormatter(sep=""))
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
@@ -120,25 +141,65 @@ def plot_lm_curves(df: pd.DataFrame, out: Path) -> Path | None:
     if seeds.max() > 1:
         ax.set_title(f"mean of {seeds.min()}-{seeds.max()} seeds, 95% CI" if seeds.min() != seeds.max()
                      else f"mean of {seeds.max()} seeds, 95% CI", fontsize=9)
-    return _save(fig, out / "wikitext2_val_ppl_vs_tokens.png")
+    return _save(fig, path)
+
+
+def _mqar_panels(points: pd.DataFrame, x: str, hue: str, **line):
+    """Zoology's layout: a panel per sequence length, titled with its kv pairs; a row
+    per kv-pair count only where one length ran several (Zoology's grid pairs each
+    length with one count, and a row per count would leave most panels empty)."""
+    kv = "num_kv_pairs" in points
+    several = kv and (points.groupby("seq_len")["num_kv_pairs"].nunique() > 1).any()
+    g = sns.relplot(points, kind="line", x=x, y="accuracy", hue=hue, col="seq_len",
+                    row="num_kv_pairs" if several else None, marker="o", height=3.2,
+                    hue_order=sorted(points[hue].unique()), **line)  # same colours in both figures
+    g.set(ylim=(-0.02, 1.02))
+    g.set_titles(col_template="L = {col_name}", row_template="{row_name} kv pairs")
+    if kv and not several:
+        for L, ax in g.axes_dict.items():
+            ax.set_title(f"L = {L}, {points.loc[points['seq_len'] == L, 'num_kv_pairs'].iloc[0]} kv pairs")
+    return g
+
+
+def _mqar_best(df: pd.DataFrame) -> tuple[pd.DataFrame, str] | None:
+    """Each (model, width, length, kv pairs, seed) at its best learning rate."""
+    rows = _ok(df, "mqar")
+    if rows.empty or "accuracy" not in rows:
+        return None
+    hue = _hue(rows)
+    best = best_over_lr(rows, (hue, "d_model", "seq_len", "num_kv_pairs"))
+    return (best, hue) if not best.empty else None
 
 
 def plot_mqar(df: pd.DataFrame, out: Path) -> Path | None:
     """MQAR accuracy against model width, one panel per sequence length (Zoology's
     figure). With several learning rates, each point takes the best one, per seed."""
-    rows = _ok(df, "mqar")
-    if rows.empty or "accuracy" not in rows:
+    found = _mqar_best(df)
+    if found is None:
         return None
-    hue = _hue(rows)
-    keys = [k for k in (hue, "d_model", "seq_len", "num_kv_pairs", "seed") if k in rows]
-    best = rows.groupby(keys, dropna=False)["accuracy"].max().reset_index()
-    row = "num_kv_pairs" if "num_kv_pairs" in best and best["num_kv_pairs"].nunique() > 1 else None
-    g = sns.relplot(best, kind="line", x="d_model", y="accuracy", hue=hue, col="seq_len", row=row,
-                    marker="o", errorbar=CI, height=3.2)
-    g.set(ylim=(-0.02, 1.02))
+    best, hue = found
+    g = _mqar_panels(best, "d_model", hue, errorbar=CI)
     _lengths_axis(g, best["d_model"])
-    g.set_titles(col_template="L = {col_name}", row_template="{row_name} kv pairs")
     return _save(g.figure, out / "mqar_accuracy_vs_d_model.png")
+
+
+def plot_mqar_state(df: pd.DataFrame, out: Path) -> Path | None:
+    """MQAR accuracy against the model's inference state (floats, log axis): Zoology's
+    view of recall against memory. A point is a width at its best learning rate, mean
+    over seeds; no band, as one state size can hold several widths (a fixed-state
+    mixer), drawn in width order along the line rather than averaged together."""
+    found = _mqar_best(df)
+    if found is None or "state_size" not in found[0]:
+        return None
+    best, hue = found
+    keys = [k for k in (hue, "seq_len", "num_kv_pairs", "d_model") if k in best]
+    points = best.groupby(keys)[["state_size", "accuracy"]].mean().reset_index()
+    points = points.sort_values(["state_size", "d_model"])
+    g = _mqar_panels(points, "state_size", hue, estimator=None, sort=False)
+    g.set(xscale="log", xlabel="state size (floats)")
+    for ax in g.axes.flat:
+        ax.xaxis.set_major_formatter(ticker.EngFormatter(sep=""))
+    return _save(g.figure, out / "mqar_accuracy_vs_state_size.png")
 
 
 def plot_scaling(df: pd.DataFrame, out: Path) -> list[Path]:
@@ -185,5 +246,6 @@ def plot_scaling(df: pd.DataFrame, out: Path) -> list[Path]:
 def plot_all(df: pd.DataFrame, out: str | Path) -> list[Path]:
     out = Path(out)
     sns.set_theme(style="whitegrid", context="paper")
-    paths = [plot_perplexity(df, out), plot_lm_curves(df, out), plot_mqar(df, out), *plot_scaling(df, out)]
+    paths = [plot_perplexity(df, out), *plot_lm_curves(df, out), plot_mqar(df, out), plot_mqar_state(df, out),
+             *plot_scaling(df, out)]
     return [p for p in paths if p is not None]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import statistics
 from pathlib import Path
 
 import pandas as pd
@@ -61,12 +62,43 @@ def _metric_columns(rows: pd.DataFrame, task: str) -> list[str]:
     return guess[:4]
 
 
-def _group_keys(rows: pd.DataFrame, task: str) -> list[str]:
-    keys = ["label"]
-    extra = {"wikitext2": ("setting",), "mqar": ("seq_len", "num_kv_pairs", "d_model"),
-             "snli": ("setting",)}.get(task, ("setting",))
-    keys += [k for k in extra if k in rows and rows[k].nunique(dropna=False) > 1]
-    return keys
+def _group_keys(rows: pd.DataFrame) -> list[str]:
+    return ["label"] + (["setting"] if "setting" in rows and rows["setting"].nunique(dropna=False) > 1 else [])
+
+
+def best_over_lr(rows: pd.DataFrame, keys) -> pd.DataFrame:
+    """Zoology's rule for MQAR: a point (``keys`` and seed) is its run of best accuracy
+    over the learning rates tried, so a model is not judged by a learning rate that
+    suits another. Whole rows come back: the winning ``lr``, ``state_size``, params, and
+    ``lrs_tried``, the number of learning rates the point was the best of."""
+    rows = rows[rows["accuracy"].notna()]
+    by = [k for k in (*keys, "seed") if k in rows]
+    if "lr" in rows:
+        rows = rows.assign(lrs_tried=rows.groupby(by, dropna=False)["lr"].transform("nunique"))
+    return rows.loc[rows.groupby(by, dropna=False)["accuracy"].idxmax()]
+
+
+def mqar_section(ok: pd.DataFrame) -> str:
+    """A row per point of Zoology's grid (label, length, kv pairs, width); its accuracy is
+    the best over learning rates per seed, then mean ± sd over seeds."""
+    keys = [k for k in ("label", "seq_len", "num_kv_pairs", "d_model") if k in ok]
+    best = best_over_lr(ok, keys)
+    counts = [c for c in ("state_size", *COUNTS) if c in best and best[c].notna().any()]
+    has_lr = "lr" in best and best["lr"].notna().any()
+    body = []
+    for key, grp in best.groupby(keys, dropna=False, sort=True):
+        cells = [k if isinstance(k, str) else f"{k:g}" for k in key]
+        cells += [_fmt(float(grp[c].iloc[0])) if grp[c].notna().any() else "–" for c in counts]
+        cells.append(_stat(grp["accuracy"]))
+        if has_lr:  # seeds may pick different lrs, or have had different numbers to pick from
+            cells += [", ".join(f"{v:.3g}" for v in sorted(grp[c].dropna().unique())) for c in ("lr", "lrs_tried")]
+        body.append([*cells, grp["seed"].nunique() if "seed" in grp else len(grp)])
+    names = {"seq_len": "L", "num_kv_pairs": "kv pairs", "state_size": "state size", **COUNTS}
+    header = [names.get(c, c) for c in (*keys, *counts)] + ["accuracy"]
+    header += ["best lr", "lrs tried"] if has_lr else []
+    return ("## mqar\n\nState size: floats of inference state. Accuracy: per seed the best over the "
+            "learning rates tried (finished runs), then mean ± sd over seeds.\n\n"
+            + _table([*header, "seeds"], body))
 
 
 def scaling_section(rows: pd.DataFrame) -> str:
@@ -98,7 +130,9 @@ def task_section(rows: pd.DataFrame, task: str) -> str:
     metrics = _metric_columns(ok, task)
     if ok.empty or not metrics:
         return f"## {task}\n\nNo finished runs with metrics."
-    keys = _group_keys(ok, task)
+    if task == "mqar" and "accuracy" in ok:
+        return mqar_section(ok)
+    keys = _group_keys(ok)
     counts = [c for c in COUNTS if c in ok]
     gap = _gap_to_attention(ok, metrics[-1]) if task == "wikitext2" else None
     body = []
@@ -109,21 +143,77 @@ def task_section(rows: pd.DataFrame, task: str) -> str:
         body.append([*key, *params, *cells, grp["seed"].nunique() if "seed" in grp else len(grp)])
     extra = [f"{metrics[-1]} vs attention"] if gap else []
     header = [*keys, *(COUNTS[c] for c in counts), *metrics, *extra, "seeds"]
-    return f"## {task}\n\nMean ± sd over seeds.\n\n" + _table(header, body)
+    caption = "Mean ± sd over seeds." + (" " + GAP_CAPTION.format(metric=metrics[-1]) if gap else "")
+    return f"## {task}\n\n{caption}\n\n" + _table(header, body)
 
 
 def _gap_to_attention(ok: pd.DataFrame, metric: str):
-    """The paper's question, as a column: a model's mean ``metric`` relative to the mean
-    of the attention runs of the same setting (``+12.0%`` = 12% higher perplexity)."""
+    """The paper's question, as a column: a model's ``metric`` relative to the attention
+    runs of the same setting (``+12.0%`` = 12% higher perplexity), by ``gap_interval``."""
     if "mixer" not in ok or not (ok["mixer"] == "attention").any():
         return None
 
     def gap(grp: pd.DataFrame) -> str:
         same = ok if "setting" not in ok else ok[ok["setting"] == grp["setting"].iloc[0]]
-        base = pd.to_numeric(same.loc[same["mixer"] == "attention", metric], errors="coerce").mean()
-        mine = pd.to_numeric(grp[metric], errors="coerce").mean()
-        return f"{100 * (mine / base - 1):+.1f}%" if math.isfinite(base) and math.isfinite(mine) else "–"
+        base = same[same["mixer"] == "attention"]
+        mine, theirs = (pd.to_numeric(g[metric], errors="coerce").dropna().tolist() for g in (grp, base))
+        if not mine or not theirs:
+            return "–"
+        point, low, high = gap_interval(mine, theirs)
+        # runs compared with themselves are not two independent samples: no interval
+        if low is None or grp.index.isin(base.index).any():
+            return f"{100 * point:+.1f}%"
+        return f"{100 * point:+.1f}% [{100 * low:+.1f}%, {100 * high:+.1f}%]"
     return gap
+
+
+GAP_CAPTION = ("{metric} vs attention: the geometric mean of {metric} over seeds relative to that of the "
+               "attention runs of the same setting (exp of the difference in mean log {metric}, minus 1); "
+               "in brackets, where both have at least 2 seeds, a 95% Welch t interval on that difference.")
+
+
+def gap_interval(ours, attention, level: float = 0.95) -> tuple[float, float | None, float | None]:
+    """How much higher ``ours``' perplexities are than ``attention``'s, as fractions
+    (gap, low, high). The gap is the ratio of geometric means minus 1: perplexity is the
+    exp of a mean loss, so this compares mean losses. The interval is Welch's t interval
+    on the difference of mean log perplexities (Welch–Satterthwaite degrees of freedom,
+    so the two sides' spreads need not match), exponentiated; low and high are None
+    unless both sides have at least 2 values."""
+    a, b = [math.log(v) for v in ours], [math.log(v) for v in attention]
+    diff = statistics.fmean(a) - statistics.fmean(b)
+    if min(len(a), len(b)) < 2:
+        return math.expm1(diff), None, None
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    if va + vb == 0:  # identical runs on both sides: no spread, no width
+        return (math.expm1(diff),) * 3
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    half = t_quantile((1 + level) / 2, df) * math.sqrt(va + vb)
+    return math.expm1(diff), math.expm1(diff - half), math.expm1(diff + half)
+
+
+def t_quantile(p: float, df: float) -> float:
+    """Student's t quantile, for real df >= 1 (a Welch df is at least 1), without scipy.
+    With t = sqrt(df) tan(u) the density becomes c cos(u)^(df - 1) on [0, pi/2): smooth
+    and bounded, so Simpson's rule gives P(0 < T < t) and bisection on u inverts it."""
+    if not 0 < p < 1 or df < 1:
+        raise ValueError(f"t_quantile: need 0 < p < 1 and df >= 1, got p={p}, df={df}")
+    if p < 0.5:
+        return -t_quantile(1 - p, df)
+    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(math.pi)
+    n = 200  # Simpson intervals: the integrand is smooth, so far below the 4 digits shown
+
+    def mass(u: float) -> float:
+        h = u / n
+        weights = (1 if i in (0, n) else 4 if i % 2 else 2 for i in range(n + 1))
+        return c * h / 3 * sum(w * math.cos(i * h) ** (df - 1) for i, w in enumerate(weights))
+
+    # Cauchy (df = 1) has the widest quantiles; bracketing with it keeps the Simpson grid
+    # fine where the density is a narrow peak at large df
+    lo, hi = 0.0, math.atan(math.tan(math.pi * (p - 0.5)) / math.sqrt(df))
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if mass(mid) < p - 0.5 else (lo, mid)
+    return math.sqrt(df) * math.tan((lo + hi) / 2)
 
 
 def _our_column(metric: str, split: str, columns) -> str | None:

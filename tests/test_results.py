@@ -14,7 +14,7 @@ from matplotlib.collections import PathCollection
 
 from results import plots
 from results.records import load_records, read_record, records_frame, write_record
-from results.report import report_markdown, write_report
+from results.report import gap_interval, report_markdown, t_quantile, write_report
 from sweeps.cli import main as cli
 from test_sweeps import toy_task  # noqa: F401  (autouse: registers the toy task)
 
@@ -91,6 +91,9 @@ def figures(monkeypatch):
     return kept
 
 
+FLOPS_PER_TOKEN = {"attention": 42.3e6, "mamba": 1.5e3}
+
+
 def synthetic_frame() -> pd.DataFrame:
     rng = np.random.default_rng(0)
     records, n = [], 0
@@ -100,9 +103,11 @@ def synthetic_frame() -> pd.DataFrame:
                 for L in (64, 256):
                     for lr in (1e-3, 3e-3):
                         acc = float(rng.uniform(0, 1))
+                        state = 2 * d * L if mixer == "attention" else 500  # mamba's: one size for all
                         records.append(rec(f"m{n}", "mqar", {"accuracy": acc, "seq_len": L, "d_model": d,
-                                                             "num_kv_pairs": 4, "lr": lr, "mixer": mixer},
-                                           mixer=mixer, d_model=d, seed=seed))
+                                                             "num_kv_pairs": 4, "lr": lr, "mixer": mixer,
+                                                             "state_size": state},
+                                           label=mixer, mixer=mixer, d_model=d, seed=seed))
                         n += 1
             points = [{"seq_len": L, "pass": "fwd", "median_ms": L / 100 * (seed + 1), "status": "ok"}
                       for L in (128, 256)]
@@ -113,6 +118,7 @@ def synthetic_frame() -> pd.DataFrame:
             records.append(rec(f"w{n}", "wikitext2", {"test_ppl": 200.0 + 10 * seed + (mixer == "mamba"),
                                                       "best_val_ppl": 210.0, "params": 1e6 + 1e4 * (mixer == "mamba"),
                                                       "setting": "6L/128", "mixer": mixer, "batch_size": 4,
+                                                      "train_flops_per_token": FLOPS_PER_TOKEN[mixer],
                                                       "seq_len": 8, "eval_steps": [10, 20],
                                                       "val_ppl_history": [300.0 + 10 * seed, 250.0 + 30 * seed
                                                                           + 5 * (mixer == "mamba")]},
@@ -125,7 +131,8 @@ def test_plots_draw_seed_means_and_mark_oom(tmp_path, figures):
     df = synthetic_frame()
     paths = plots.plot_all(df, tmp_path)
     names = sorted(p.name for p in paths)
-    assert names == ["mqar_accuracy_vs_d_model.png", "scaling_latency_vs_L.png", "wikitext2_perplexity_vs_params.png",
+    assert names == ["mqar_accuracy_vs_d_model.png", "mqar_accuracy_vs_state_size.png", "scaling_latency_vs_L.png",
+                     "wikitext2_perplexity_vs_params.png", "wikitext2_val_ppl_vs_flops.png",
                      "wikitext2_val_ppl_vs_tokens.png"]
     assert all(p.stat().st_size > 5000 for p in paths)
 
@@ -136,7 +143,8 @@ def test_plots_draw_seed_means_and_mark_oom(tmp_path, figures):
     fig = figures["mqar_accuracy_vs_d_model.png"]
     drawn = {}
     for ax in fig.axes:
-        L = int(ax.get_title().split("=")[1])
+        assert ax.get_title().endswith(", 4 kv pairs")
+        L = int(ax.get_title().split("=")[1].split(",")[0])
         for line in ax.get_lines():
             if len(line.get_xdata()) == 2:
                 drawn[(L, tuple(np.round(line.get_ydata(), 6)))] = True
@@ -186,9 +194,58 @@ def test_report_wikitext2_gap_to_attention_is_per_setting():
                for i, (mixer, setting, ppl) in enumerate(runs)]
     section = report_markdown(records_frame(records)).split("## wikitext2")[1]
     assert "test_ppl vs attention" in section
-    assert "| grassmann | 2L/128 | 1,000 | 231 | 231 | +10.0% | 1 |" in section  # 231 / mean(200, 220)
+    assert "| grassmann | 2L/128 | 1,000 | 231 | 231 | +10.1% | 1 |" in section  # 231 / sqrt(200 * 220)
     assert "| grassmann | 6L/128 | 1,000 | 90 | 90 | -10.0% | 1 |" in section
     assert "| attention | 2L/128 | 1,000 | 210 ± 14.14 (n=2) | 210 ± 14.14 (n=2) | +0.0% | 2 |" in section
+
+
+def test_report_mqar_rows_are_the_best_lr_per_seed_then_mean():
+    df = synthetic_frame()
+    m = df[df["task"] == "mqar"]
+    section = report_markdown(df).split("## mqar")[1].split("## ")[0]
+    assert "| label | L | kv pairs | d_model | state size | accuracy | best lr | lrs tried | seeds |" in section
+    for mixer in ("attention", "mamba"):
+        for L in (64, 256):
+            for d in (32, 64):
+                at = m[(m["mixer"] == mixer) & (m["seq_len"] == L) & (m["d_model"] == d)]
+                per_seed = [at[at["seed"] == s].sort_values("accuracy").iloc[-1] for s in (0, 1, 2)]
+                acc = [r["accuracy"] for r in per_seed]
+                lrs = ", ".join(f"{lr:g}" for lr in sorted({r["lr"] for r in per_seed}))
+                state = f"{2 * d * L:,}" if mixer == "attention" else "500"
+                cell = f"{np.mean(acc):.4g} ± {np.std(acc, ddof=1):.4g} (n=3)"
+                assert f"| {mixer} | {L} | 4 | {d} | {state} | {cell} | {lrs} | 2 | 3 |" in section
+
+
+def test_t_quantile_matches_the_tables():
+    for df, t in ((1, 12.706), (2, 4.303), (10, 2.228), (30, 2.042), (1e6, 1.960)):
+        assert t_quantile(0.975, df) == pytest.approx(t, abs=1e-3)
+    assert t_quantile(0.995, 1) == pytest.approx(63.657, abs=1e-3)
+    assert t_quantile(0.025, 10) == pytest.approx(-2.228, abs=1e-3) and t_quantile(0.5, 3) == 0
+
+
+def test_gap_interval_is_welch_on_mean_log_perplexity():
+    gap, low, high = gap_interval([231.0], [200.0, 220.0])  # one run: the gap only
+    assert gap == pytest.approx(231 / math.sqrt(200 * 220) - 1) and low is None and high is None
+    # equal spreads of the logs, 2 runs a side: Welch's df is 2
+    gap, low, high = gap_interval([220.0, 242.0], [200.0, 220.0])
+    half = 4.302653 * math.log(1.1) / math.sqrt(2)
+    assert (gap, low, high) == pytest.approx((0.1, math.expm1(math.log(1.1) - half), math.expm1(math.log(1.1) + half)))
+    # attention without spread: all the uncertainty is ours, 2 runs, so df is 1 (pooled would be 3)
+    gap, low, high = gap_interval([220.0, 242.0], [200.0, 200.0, 200.0])
+    d, se = math.log(math.sqrt(220 * 242) / 200), math.log(1.1) / 2  # sd of the logs / sqrt(2)
+    assert (low, high) == pytest.approx((math.expm1(d - 12.706205 * se), math.expm1(d + 12.706205 * se)))
+
+
+def test_report_wikitext2_gap_has_an_interval_where_both_sides_have_seeds():
+    runs = [("attention", 200.0), ("attention", 220.0), ("grassmann", 220.0), ("grassmann", 242.0), ("mamba", 190.0)]
+    records = [rec(f"r{i}", "wikitext2", {"test_ppl": ppl, "params": 1000, "setting": "2L/128", "mixer": mixer},
+                   label=mixer, mixer=mixer, seed=i) for i, (mixer, ppl) in enumerate(runs)]
+    section = report_markdown(records_frame(records)).split("## wikitext2")[1]
+    assert "95% Welch t interval" in section and "geometric mean" in section
+    low, high = (100 * math.expm1(math.log(1.1) + s * 4.302653 * math.log(1.1) / math.sqrt(2)) for s in (-1, 1))
+    assert f"| grassmann | 1,000 | 231 ± 15.56 (n=2) | +10.0% [{low:+.1f}%, {high:+.1f}%] | 2 |" in section
+    assert "| attention | 1,000 | 210 ± 14.14 (n=2) | +0.0% | 2 |" in section  # itself: no interval
+    assert f"| mamba | 1,000 | 190 | {100 * (190 / math.sqrt(200 * 220) - 1):+.1f}% | 1 |" in section
 
 
 def test_cli_plot_and_report_read_the_sweep_records(tmp_path, capsys):
@@ -227,3 +284,43 @@ def test_lm_curves_are_seed_means_over_training_tokens(tmp_path, figures):
     assert drawn == {(310.0, 280.0): [320.0, 640.0], (310.0, 285.0): [320.0, 640.0]}
     assert "3 seeds" in ax.get_title()
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["attention", "mamba"]  # best last ppl first
+
+
+def _curves(ax) -> dict:
+    """The drawn lines of an axis as {y values: x values}; legend handles carry no data."""
+    return {tuple(np.round(line.get_ydata(), 6)): [float(v) for v in line.get_xdata()]
+            for line in ax.get_lines() if len(line.get_xdata())}
+
+
+def _seed_mean_of_best_lr(m: pd.DataFrame, mixer: str, L: int, d: int) -> float:
+    at = m[(m["mixer"] == mixer) & (m["seq_len"] == L) & (m["d_model"] == d)]
+    return float(np.mean([at.loc[at["seed"] == s, "accuracy"].max() for s in (0, 1, 2)]))
+
+
+def test_mqar_accuracy_vs_state_size_is_best_lr_then_seed_mean(tmp_path, figures):
+    df = synthetic_frame()
+    assert plots.plot_mqar_state(df, tmp_path).name == "mqar_accuracy_vs_state_size.png"
+    m = df[df["task"] == "mqar"]
+    fig = figures["mqar_accuracy_vs_state_size.png"]
+    assert sorted(ax.get_title() for ax in fig.axes) == ["L = 256, 4 kv pairs", "L = 64, 4 kv pairs"]
+    for ax in fig.axes:
+        L = int(ax.get_title().split("=")[1].split(",")[0])
+        assert ax.get_xscale() == "log"
+        expect = {tuple(np.round([_seed_mean_of_best_lr(m, mixer, L, d) for d in (32, 64)], 6)): xs
+                  for mixer, xs in (("attention", [2 * 32 * L, 2 * 64 * L]), ("mamba", [500, 500]))}
+        assert _curves(ax) == expect  # mamba's two widths share a state size: both drawn, not averaged
+
+
+def test_lm_curves_against_flops_name_each_models_flops_per_token(tmp_path, figures):
+    df = synthetic_frame()
+    assert [p.name for p in plots.plot_lm_curves(df, tmp_path)] == ["wikitext2_val_ppl_vs_tokens.png",
+                                                                    "wikitext2_val_ppl_vs_flops.png"]
+    ax = figures["wikitext2_val_ppl_vs_flops.png"].axes[0]
+    tokens = [320.0, 640.0]
+    assert _curves(ax) == {(310.0, 280.0): [t * 42.3e6 for t in tokens], (310.0, 285.0): [t * 1.5e3 for t in tokens]}
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["attention (42.3 MFLOP/token)",
+                                                                   "mamba (1.5 kFLOP/token)"]
+    assert ax.get_xlabel() == "training FLOPs"
+    old = df.copy()  # one run from before records carried the field: tokens only
+    old.loc[old.index[old["task"] == "wikitext2"][0], "train_flops_per_token"] = np.nan
+    assert [p.name for p in plots.plot_lm_curves(old, tmp_path)] == ["wikitext2_val_ppl_vs_tokens.png"]
