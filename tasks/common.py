@@ -20,14 +20,21 @@ def lm_loss(model, batch) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
 
 
-def labelled_lm_loss(model: zoo.LM, batch) -> torch.Tensor:
-    """``lm_loss`` with the head applied only where a target is labelled (not -100): the
-    same loss, for a task that labels few positions (MQAR labels the queried values, kv of
-    L), whose step the (B, L, V) logits would otherwise dominate on a CPU."""
+def labelled_logits(model, inputs: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """(N, V) float32 logits at the N positions where ``keep`` (B, L) is True. A zoo LM
+    applies its head there alone: a task that labels few positions (MQAR labels the
+    queried values, kv of L) would otherwise spend most of a CPU step on (B, L, V)
+    logits. Any other module is called whole."""
+    if isinstance(model, zoo.LM):
+        return model.head(model.features_embedded(model.embed(inputs))[keep]).float()  # (N, V)
+    return model(inputs)[keep].float()
+
+
+def labelled_lm_loss(model, batch) -> torch.Tensor:
+    """``lm_loss`` computed from the labelled positions' logits only: the same loss."""
     inputs, targets = batch
-    h = model.features_embedded(model.embed(inputs))  # (B, L, D)
     keep = targets != -100
-    return F.cross_entropy(model.head(h[keep]).float(), targets[keep])  # (N, V) logits
+    return F.cross_entropy(labelled_logits(model, inputs, keep), targets[keep])
 
 
 def model_metadata(model: zoo.LM, seq_len: int) -> dict:

@@ -32,7 +32,7 @@ import zoo
 from zoo.config import StrictConfig, check_bounds
 from zoo.model import ModelConfig
 
-from .common import environment, labelled_lm_loss, model_metadata
+from .common import environment, labelled_lm_loss, labelled_logits, model_metadata
 from .data import cached, fingerprint
 from .mqar_data import GENERATOR_VERSION, check_mqar, mqar_examples
 from .train import TrainConfig, train
@@ -124,9 +124,8 @@ def evaluate(model, inputs: torch.Tensor, labels: torch.Tensor, batch_size: int)
     loss_sum = 0.0
     for s in range(0, len(inputs), batch_size):
         x, y = inputs[s:s + batch_size].to(device), labels[s:s + batch_size].to(device)
-        logits = model(x)  # (B, L, V)
         mask = y != -100
-        picked = logits[mask].float()  # (queries, V)
+        picked = labelled_logits(model, x, mask)  # (queries, V)
         correct += (picked.argmax(-1) == y[mask]).sum().item()
         total += mask.sum().item()
         loss_sum += F.cross_entropy(picked, y[mask], reduction="sum").item()
@@ -231,10 +230,32 @@ ZOOLOGY_FIG2_GRID = {
 }
 
 
+# Zoology's figure scaled to a 2-core CPU (sweeps/mqar_cpu.py), sized from measured runs
+# (README): one octave shorter, (L, kv) in (32, 2), (64, 4), (128, 8) at Zoology's kv =
+# L / 16; widths 32 and 64 (at 128 one-head attention needs several times the steps);
+# Zoology's three largest learning rates; 2 layers for every mixer; vocab 512; batch 64
+# and a step budget per L. Two changes to its schedule: 30 warm-up steps (without them
+# attention did not leave its plateau in budget) and random tokens in the free slots
+# (its generator's default; the figure-2 file passes zeros).
+CPU_GRID = {
+    **{k: v for k, v in ZOOLOGY_FIG2_GRID.items() if k not in ("epochs", "mixer_n_layers")},
+    "n_layers": 2,
+    "points": [{"seq_len": L, "num_kv_pairs": L // 16, "vocab_size": 512, "batch_size": 64, "train": {"steps": steps}}
+               for L, steps in ((32, 1000), (64, 1500), (128, 2000))],
+    "d_model": [32, 64],
+    "lr": ZOOLOGY_FIG2_GRID["lr"][1:],
+    "train": {**ZOOLOGY_FIG2_GRID["train"], "warmup_steps": 30, "eval_every": 100},
+    "num_test_examples": 1_000,
+    "random_non_queries": True,
+}
+
+
 def grid_configs(grid: dict, mixer: str, mixer_options: dict | None = None, seed: int = 0,
-                 **overrides) -> list[MQARConfig]:
-    """One MQARConfig per (point, d_model, lr) of ``grid`` for ``mixer``. ``overrides``
-    replace top-level MQARConfig fields (e.g. ``cache_dir``)."""
+                 model_overrides: dict | None = None, **overrides) -> list[MQARConfig]:
+    """One MQARConfig per (point, d_model, lr) of ``grid`` for ``mixer``. A point's own
+    ``train`` entries (e.g. its step budget) override the grid's; ``model_overrides``
+    are ModelConfig fields (e.g. ``hybrid``); ``overrides`` replace top-level
+    MQARConfig fields (e.g. ``cache_dir``)."""
     options = {**grid["mixer_options"].get(mixer, {}), **(mixer_options or {})}
     positions = zoo_positions(mixer)
     n_layers = grid.get("mixer_n_layers", {}).get(mixer, grid["n_layers"])
@@ -246,11 +267,12 @@ def grid_configs(grid: dict, mixer: str, mixer_options: dict | None = None, seed
         if "epochs" in grid:  # Zoology counts epochs and evaluates after each one
             per_epoch = n_train // bs
             train_kw.update(steps=grid["epochs"] * per_epoch, eval_every=per_epoch)
+        train_kw.update(point.get("train", {}))
         for d_model in grid["d_model"]:
             for lr in grid["lr"]:
                 model = ModelConfig(vocab_size=V, d_model=d_model, n_layers=n_layers, max_len=L,
                                     d_ff=grid["d_ff"], mixer=mixer, mixer_options=options,
-                                    positions=positions)
+                                    positions=positions, **(model_overrides or {}))
                 out.append(MQARConfig(seed=seed, model=model, train=TrainConfig(**train_kw, lr=lr),
                                       seq_len=L, num_kv_pairs=point["num_kv_pairs"], vocab_size=V,
                                       num_train_examples=n_train,

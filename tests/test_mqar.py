@@ -6,11 +6,13 @@ import json
 import numpy as np
 import pytest
 import torch
+
+import zoo
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tasks import TASKS
-from tasks.mqar import (LOCAL_GRID, ZOOLOGY_FIG2_GRID, MQARConfig, batch_sampler, evaluate,
+from tasks.mqar import (CPU_GRID, LOCAL_GRID, ZOOLOGY_FIG2_GRID, MQARConfig, batch_sampler, evaluate,
                         grid_configs, load_split, run)
 from tasks.mqar_data import mqar_examples
 
@@ -168,6 +170,17 @@ def test_accuracy_counts_query_positions_only():
     assert evaluate(_Solver(4, 100), x, half, batch_size=7)["accuracy"] == 0.5
 
 
+def test_an_lm_is_scored_from_the_query_logits_alone():
+    """evaluate applies a zoo LM's head at the query positions only: the same accuracy
+    and loss as from the whole (B, L, V) logits."""
+    x, y = mqar_examples(12, 32, 4, 100, seed=0)
+    model = zoo.build_model(zoo.ModelConfig(vocab_size=100, d_model=16, n_layers=2, max_len=32), seed=0)
+    whole = torch.nn.Sequential(model)  # not a zoo.LM: called whole
+    fast, slow = evaluate(model, x, y, batch_size=5), evaluate(whole, x, y, batch_size=5)
+    assert fast["accuracy"] == slow["accuracy"]
+    assert abs(fast["test_loss"] - slow["test_loss"]) < 1e-5
+
+
 def _quick(tmp_path, mixer="attention", options=None, **train):
     options = {"n_heads": 1} if options is None else options
     base = MQARConfig(cache_dir=str(tmp_path / "cache"), num_train_examples=2_000, num_test_examples=200)
@@ -243,3 +256,25 @@ def test_the_mqar_sweep_is_the_grid():
                                     ("grassmann", {}))
             for c in grid_configs(ZOOLOGY_FIG2_GRID, name, options)]
     assert [run.config for run in sweep.runs] == want
+
+
+def test_the_cpu_sweep_is_zoologys_grid_scaled_down():
+    """sweeps/mqar_cpu.py runs grid_configs of CPU_GRID, which changes only what a CPU
+    cannot afford in Zoology's grid (its data law and schedule stay)."""
+    from sweeps.core import load_sweep
+
+    runs = load_sweep("mqar_cpu").runs
+    labels = {r.label for r in runs}
+    assert {"attention", "sliding_window", "grassmann", "mamba2", "rwkv6", "gated_deltanet",
+            "grassmann+attention"} <= labels
+    per_label = len(CPU_GRID["points"]) * len(CPU_GRID["d_model"]) * len(CPU_GRID["lr"])
+    assert len(runs) == per_label * len(labels) and len(CPU_GRID["lr"]) >= 3
+    assert len(CPU_GRID["points"]) >= 3 and len(CPU_GRID["d_model"]) >= 2
+    for key in ("power_a", "num_train_examples"):  # defaults or Zoology's, never redefined
+        assert CPU_GRID.get(key) == ZOOLOGY_FIG2_GRID.get(key), key
+    hybrid = next(r.config for r in runs if r.label == "grassmann+attention")
+    assert hybrid.model.layout == "grassmann+attention" and hybrid.model.positions == "none"
+    window = next(r.config for r in runs if r.label == "sliding_window")
+    assert window.model.mixer_options["window"] == 16 and window.model.positions == "learned"
+    by_point = {(r.config.seq_len, r.config.train.steps) for r in runs}
+    assert by_point == {(p["seq_len"], p["train"]["steps"]) for p in CPU_GRID["points"]}

@@ -1,0 +1,34 @@
+"""Zoology's MQAR figure (Arora et al. 2023, Fig. 2) scaled to a 2-core CPU.
+
+The grid is ``tasks.mqar.CPU_GRID``: Zoology's figure-2 grid (``ZOOLOGY_FIG2_GRID``, its
+data law, no warm-up, a cosine to 0, stopping at 0.99 accuracy) with what a CPU affords
+changed: (L, kv pairs) in (32, 2), (64, 4), (128, 8); d_model 32 and 64; Zoology's
+three largest learning rates (its smallest cannot move in a CPU's step budget); 2 layers
+for every mixer; a vocabulary of 512; a step budget per point. The figure keeps the best
+learning rate per point (Zoology's rule).
+
+The mixers: attention (the proof that the budget suffices), the 16-token sliding window
+(the local control), the Grassmann mixer (offsets up to 16: the prediction is that it
+behaves like the window), mamba2, rwkv6, gated_deltanet, and a hybrid whose second layer
+is attention (does one attention layer give the Grassmann mixer recall?).
+
+    linbench run mqar_cpu --parallel 2 --results-dir results/reference
+    linbench plot mqar_cpu --results-dir results/reference && linbench report mqar_cpu --results-dir results/reference
+"""
+from sweeps import RunConfig
+from tasks.mqar import CPU_GRID, grid_configs
+
+ATTENTION_LAYER = {"hybrid": {"mixer": "attention", "every": 2, "options": {"n_heads": 1}}}
+MIXERS = {  # label: (mixer, options, model overrides)
+    "attention": ("attention", {}, None),
+    "sliding_window": ("sliding_window", {"window": 16}, None),
+    "grassmann": ("grassmann", {"impl": "factored"}, None),
+    "mamba2": ("mamba2", {}, None),
+    "rwkv6": ("rwkv6", {}, None),
+    "gated_deltanet": ("gated_deltanet", {}, None),
+    "grassmann+attention": ("grassmann", {"impl": "factored"}, ATTENTION_LAYER),
+}
+
+configs = [RunConfig("mqar", cfg, label=label)
+           for label, (mixer, options, model) in MIXERS.items()
+           for cfg in grid_configs(CPU_GRID, mixer, options, model_overrides=model)]
