@@ -1,11 +1,11 @@
 """Zoology's MQAR figure (Arora et al. 2023, Fig. 2) scaled to a 2-core CPU.
 
-The grid is ``tasks.mqar.CPU_GRID``: Zoology's figure-2 grid (``ZOOLOGY_FIG2_GRID``, its
-data law, no warm-up, a cosine to 0, stopping at 0.99 accuracy) with what a CPU affords
-changed: (L, kv pairs) in (32, 2), (64, 4), (128, 8); d_model 32 and 64; Zoology's
-three largest learning rates (its smallest cannot move in a CPU's step budget); 2 layers
-for every mixer; a vocabulary of 512; a step budget per point. The figure keeps the best
-learning rate per point (Zoology's rule).
+The grid is ``tasks.mqar.CPU_GRID``: Zoology's figure-2 grid (``ZOOLOGY_FIG2_GRID``: its
+data law, a cosine to 0, stopping at 0.99 accuracy) with what a CPU affords changed:
+(L, kv pairs) in (64, 4), (128, 8), (256, 16), its first three; d_model 32 and 64; three
+learning rates, logspace(-3, -2, 3); 2 layers for every mixer; a vocabulary of 512; 30
+warm-up steps; a step budget per L. The figure keeps the best learning rate per point
+(Zoology's rule).
 
 The mixers: attention (the proof that the budget suffices), the 16-token sliding window
 (the local control), the Grassmann mixer (offsets up to 16: the prediction is that it
