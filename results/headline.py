@@ -1,0 +1,152 @@
+"""The README's headline tables, made from a sweep's records and ``results/published.csv``.
+
+The README quotes these tables verbatim; tests/test_reference.py rebuilds them from the
+committed records and fails if the README's copy differs, so no number in them is typed
+by hand. ``python -m results.headline --write README.md`` rewrites the README's marked copies.
+"""
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pandas as pd
+
+from .report import best_over_lr, gap_interval
+
+REFERENCE = Path(__file__).resolve().parent / "reference"
+PUBLISHED = Path(__file__).resolve().parent / "published.csv"
+
+
+def _rows(lines: list[list[str]], header: list[str], align: list[str]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    return "\n".join(out + ["| " + " | ".join(row) + " |" for row in lines])
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:+.1f} %".replace("-", "−")
+
+
+def _millions(column) -> str:
+    """A per-model constant in millions; records older than the field give "–"."""
+    value = column.iloc[0] if column is not None else None
+    return "–" if value is None or pd.isna(value) else f"{value / 1e6:.1f}M"
+
+
+def mqar_table(frame: pd.DataFrame) -> str:
+    """Best accuracy over learning rates at each (mixer, L, width), one row per mixer
+    (best first at the longest L), one column per L holding the widths' values, and the
+    model's inference state at the longest L."""
+    ok = frame[(frame["task"] == "mqar") & (frame["run_status"] == "ok")]
+    best = best_over_lr(ok, ["label", "seq_len", "d_model"])
+    lengths, widths = sorted(best["seq_len"].unique()), sorted(best["d_model"].unique())
+    longest = best[best["seq_len"] == lengths[-1]]
+    order = longest.groupby("label")["accuracy"].mean().sort_values(ascending=False).index.tolist()
+    order += sorted(set(best["label"]) - set(order))
+    lines = []
+    for label in order:
+        mine = best[best["label"] == label]
+        cells = []
+        for L in lengths:
+            at = mine[mine["seq_len"] == L].set_index("d_model")["accuracy"]
+            cells.append(" / ".join(f"{at[d]:.3f}" if d in at else "–" for d in widths))
+        state = mine[mine["seq_len"] == lengths[-1]].set_index("d_model")["state_size"]
+        cells.append(" / ".join(f"{int(state[d]):,}" if d in state else "–" for d in widths))
+        lines.append([label, *cells])
+    kv = best.groupby("seq_len")["num_kv_pairs"].first().astype(int)
+    header = ["mixer", *(f"L = {int(L)}, {kv[L]} pairs" for L in lengths), f"state floats at L = {lengths[-1]}"]
+    return _rows(lines, header, ["---"] + ["---:"] * (len(header) - 1))
+
+
+def lm_table(frame: pd.DataFrame) -> str:
+    """Per model: size, training FLOPs per token, epochs, perplexities (mean ± sd over
+    seeds) and the validation gap to attention with its 95% interval (``gap_interval``)."""
+    ok = frame[(frame["task"] == "wikitext2") & (frame["run_status"] == "ok")]
+    base = ok.loc[ok["mixer"] == "attention", "best_val_ppl"].tolist()
+    lines = []
+    for label, grp in sorted(ok.groupby("label"), key=lambda kv: kv[1]["best_val_ppl"].mean()):
+        val, test = grp["best_val_ppl"].tolist(), grp["test_ppl"].tolist()
+        if label == "attention" or not base:
+            gap = "0" if label == "attention" else "–"
+        else:
+            point, low, high = gap_interval(val, base)
+            gap = _pct(point) + (f" [{_pct(low)}, {_pct(high)}]" if low is not None else "")
+        sd = (lambda v: f" ± {statistics.stdev(v):.1f}" if len(v) > 1 else "")
+        lines.append([label, f"{grp['params_no_embeddings'].iloc[0] / 1e6:.2f}M",
+                      _millions(grp.get("train_flops_per_token")), f"{grp['epochs_seen'].min():.2f}",
+                      str(len(grp)), f"{statistics.mean(val):.1f}{sd(val)}", f"{statistics.mean(test):.1f}{sd(test)}",
+                      gap])
+    header = ["model", "params w/o embeddings", "training FLOPs / token", "epochs", "seeds",
+              "best val ppl", "test ppl", "val ppl vs attention [95 % CI]"]
+    return _rows(lines, header, ["---"] + ["---:"] * (len(header) - 1))
+
+
+def published_gaps(published: pd.DataFrame, settings=("6L/128", "6L/256"), split: str = "validation") -> str:
+    """Each source's Grassmann-vs-attention gap in each of ``settings`` (layers/context),
+    from the first value it gives of each."""
+    rows = published[(published["task"] == "wikitext2") & (published["split"] == split)]
+    lines = []
+    for setting in settings:
+        for source, grp in rows[rows["setting"] == setting].groupby("source", sort=False):
+            by = grp.groupby("mixer")["value"].first()
+            if {"attention", "grassmann"} <= set(by.index):
+                a, g = float(by["attention"]), float(by["grassmann"])
+                lines.append([source, setting, f"{a:g}", f"{g:g}", _pct(g / a - 1)])
+    header = ["source", "layers/L", f"attention {split} ppl", f"Grassmann {split} ppl", "gap"]
+    return _rows(lines, header, ["---", "---", "---:", "---:", "---:"])
+
+
+def status_line(records: list[dict], planned: int) -> str:
+    """How far a sweep has got, and the training time its finished runs took."""
+    done = [r for r in records if r["status"] == "ok"]
+    hours = sum(r["metrics"].get("wall_time") or 0 for r in done) / 3600
+    return (f"{len(done)} of its {planned} runs finished ({hours:.1f} h of training, one thread per run"
+            f"{'' if len(done) == len(records) else f'; {len(records) - len(done)} did not finish ok'})")
+
+
+TABLES = {"mqar_cpu": mqar_table, "wikitext2_6L_cpu": lm_table}
+
+
+def tables() -> dict[str, str]:
+    """Every headline table, by name: one per reference sweep that has records, and the
+    published gaps."""
+    from .records import load_records, records_frame
+
+    from sweeps.core import load_sweep
+
+    out = {}
+    for name, make in TABLES.items():
+        records = load_records(REFERENCE / name)
+        if records:
+            out[name] = make(records_frame(records))
+            out[f"{name}_status"] = status_line(records, len(load_sweep(name).runs))
+    out["published_gaps"] = published_gaps(pd.read_csv(PUBLISHED, dtype={"setting": str}))
+    return out
+
+
+def update(text: str, made: dict[str, str]) -> str:
+    """``text`` with the body between ``<!-- headline:NAME -->`` and ``<!-- /headline -->``
+    replaced by table NAME: the README's copies are rewritten, never edited by hand."""
+    for name, table in made.items():
+        start, end = f"<!-- headline:{name} -->", "<!-- /headline -->"
+        if start in text:
+            head, rest = text.split(start, 1)
+            text = f"{head}{start}\n{table}\n{end}{rest.split(end, 1)[1]}"
+    return text
+
+
+def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Print the headline tables, or rewrite a file's copies.")
+    ap.add_argument("--write", type=Path, help="rewrite the marked tables in this file (the README)")
+    args = ap.parse_args()
+    made = tables()
+    if args.write:
+        args.write.write_text(update(args.write.read_text(), made))
+        print(f"rewrote {', '.join(made)} in {args.write}")
+    else:
+        print("\n\n".join(f"{name}:\n\n{table}" for name, table in made.items()))
+
+
+if __name__ == "__main__":
+    main()
