@@ -1,12 +1,17 @@
-"""What every task shares: the LM loss, and the metadata every record carries."""
+"""What every task's ``run`` shares, so that a task is one file (its config, data, metric
+and ``run``): the LM losses, the seeded epoch order, the checkpoint path, the refusal to
+train a non-causal model, the test score with the best validation weights, and the
+fields every record carries. The data cache location is ``tasks.data.cache_root``."""
 from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import platform
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -35,6 +40,63 @@ def labelled_lm_loss(model, batch) -> torch.Tensor:
     inputs, targets = batch
     keep = targets != -100
     return F.cross_entropy(labelled_logits(model, inputs, keep), targets[keep])
+
+
+def epoch_indices(n: int, batch_size: int, seed: int):
+    """``indices(step)``: the example indices of batch ``step`` in an endless run of
+    epochs over ``n`` examples, each epoch a fresh permutation seeded by (seed, epoch).
+    A pure function of the step: the training loop resumes exactly on it."""
+
+    @functools.lru_cache(maxsize=2)
+    def order(epoch: int) -> torch.Tensor:
+        g = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0]))
+        return torch.randperm(n, generator=g)
+
+    def indices(step: int) -> torch.Tensor:
+        flat = torch.arange(step * batch_size, (step + 1) * batch_size)
+        epochs, out = flat // n, torch.empty(batch_size, dtype=torch.long)
+        for e in epochs.unique().tolist():  # a batch may straddle two epochs
+            sel = epochs == e
+            out[sel] = order(e)[flat[sel] % n]
+        return out
+    return indices
+
+
+def checkpoint_path(workdir: Path | None) -> Path | None:
+    """Where a run checkpoints (and a requeued or rerun job resumes): ``workdir/checkpoint.pt``."""
+    if workdir is None:
+        return None
+    Path(workdir).mkdir(parents=True, exist_ok=True)
+    return Path(workdir) / "checkpoint.pt"
+
+
+def refuse_non_causal(model: zoo.LM, task: str) -> None:
+    """A causal task's model that sees the tokens after t measures nothing: refuse it."""
+    try:
+        zoo.assert_causal(model)
+    except zoo.CausalityError as e:
+        cfg = model.cfg
+        raise ValueError(f"{task}: refusing to train a non-causal model: mixer {cfg.mixer!r} with options "
+                         f"{cfg.mixer_options} (layer options {cfg.layer_options}, hybrid {cfg.hybrid or None}) "
+                         f"fails zoo.assert_causal: {e}") from e
+
+
+def score_best(model: torch.nn.Module, result, tcfg, score):
+    """``score(model)`` with the weights of the best validation evaluation (the test
+    number a run reports), or None when no evaluation ran (a run that diverged first)."""
+    if result.best_state is None:
+        return None
+    model.load_state_dict(result.best_state)
+    model.eval()
+    device = tcfg.resolve_device()
+    with torch.no_grad(), torch.autocast(device.type, torch.bfloat16, enabled=device.type == "cuda" and tcfg.amp):
+        return score(model)
+
+
+def run_fields(result, tcfg, seed: int) -> dict:
+    """The record fields of every run: how it ended, how long it took, where it ran."""
+    return {"seed": seed, "status": result.status, "steps": result.steps, "wall_time": result.wall_time,
+            "resumed_from": result.resumed_from, **environment(tcfg.resolve_device(), tcfg.amp)}
 
 
 def model_metadata(model: zoo.LM, seq_len: int) -> dict:

@@ -17,9 +17,7 @@ cannot solve it; a mixer with too small a state cannot hold kv pairs.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,8 +30,9 @@ import zoo
 from zoo.config import StrictConfig, check_bounds
 from zoo.model import ModelConfig
 
-from .common import environment, labelled_lm_loss, labelled_logits, model_metadata
-from .data import cached, fingerprint
+from .common import (checkpoint_path, epoch_indices, labelled_lm_loss, labelled_logits, model_metadata,
+                     refuse_non_causal, run_fields)
+from .data import cache_root, cached, fingerprint
 from .mqar_data import GENERATOR_VERSION, check_mqar, mqar_examples
 from .train import TrainConfig, train
 
@@ -54,7 +53,7 @@ class MQARConfig(StrictConfig):
     num_test_examples: int = 1_000
     power_a: float = 0.01
     random_non_queries: bool = True  # fill the unused slots with random tokens (else 0)
-    cache_dir: str | None = None  # None: $LINBENCH_CACHE/mqar or ~/.cache/linbench/mqar
+    cache_dir: str | None = None  # the cache root (tasks.data.cache_root); the data goes to its mqar/
     eval_batch_size: int = 256
 
     def __post_init__(self):
@@ -76,16 +75,10 @@ class MQARConfig(StrictConfig):
                 "power_a": self.power_a, "random_non_queries": self.random_non_queries}
 
 
-def cache_root(cfg: MQARConfig) -> Path:
-    if cfg.cache_dir:
-        return Path(cfg.cache_dir).expanduser()
-    return Path(os.environ.get("LINBENCH_CACHE", "~/.cache/linbench")).expanduser() / "mqar"
-
-
 def load_split(cfg: MQARConfig, split: str) -> tuple[torch.Tensor, torch.Tensor]:
     """The split's (inputs, labels), generated once and cached under a hash of its key."""
     key = cfg.data_key(split)
-    path = cache_root(cfg) / f"mqar-{split}-{fingerprint(key)}.pt"
+    path = cache_root(cfg.cache_dir) / "mqar" / f"mqar-{split}-{fingerprint(key)}.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
 
     def generate() -> dict:
@@ -94,25 +87,6 @@ def load_split(cfg: MQARConfig, split: str) -> tuple[torch.Tensor, torch.Tensor]
         return {"inputs": inputs.int(), "labels": labels.int(), "key": key}
     data = cached(path, generate)
     return data["inputs"].long(), data["labels"].long()
-
-
-def batch_sampler(n: int, batch_size: int, seed: int):
-    """``batch_fn(step) -> indices``: epochs of shuffled examples, a pure function of the
-    step (the training loop's resume relies on it)."""
-
-    @functools.lru_cache(maxsize=2)
-    def order(epoch: int) -> torch.Tensor:
-        g = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0]))
-        return torch.randperm(n, generator=g)
-
-    def indices(step: int) -> torch.Tensor:
-        flat = torch.arange(step * batch_size, (step + 1) * batch_size)
-        epochs, out = flat // n, torch.empty(batch_size, dtype=torch.long)
-        for e in epochs.unique().tolist():  # a batch may straddle two epochs
-            sel = epochs == e
-            out[sel] = order(e)[flat[sel] % n]
-        return out
-    return indices
 
 
 @torch.no_grad()
@@ -137,41 +111,32 @@ def run(cfg: MQARConfig, workdir: Path | None = None, progress: bool = True) -> 
     train_x, train_y = load_split(cfg, "train")
     test_x, test_y = load_split(cfg, "test")
     model = zoo.build_model(cfg.model, seed=cfg.seed)
-    try:
-        zoo.assert_causal(model)
-    except zoo.CausalityError as e:
-        raise ValueError(f"mqar: refusing to train a non-causal model (mixer={cfg.model.mixer!r}, "
-                         f"options={cfg.model.mixer_options}): {e}") from e
-    pick = batch_sampler(len(train_x), cfg.train.batch_size, cfg.seed)
+    refuse_non_causal(model, "mqar")
+    pick = epoch_indices(len(train_x), cfg.train.batch_size, cfg.seed)
 
     def batch_fn(step: int):
         idx = pick(step)
         return train_x[idx], train_y[idx]
 
-    ckpt = Path(workdir) / "checkpoint.pt" if workdir is not None else None
-    if ckpt is not None:
-        ckpt.parent.mkdir(parents=True, exist_ok=True)
     res = train(model, cfg.train, batch_fn, labelled_lm_loss,
                 eval_fn=lambda m: evaluate(m, test_x, test_y, cfg.eval_batch_size),
-                metric="accuracy", higher_is_better=True, checkpoint=ckpt, progress=progress,
+                metric="accuracy", higher_is_better=True, checkpoint=checkpoint_path(workdir), progress=progress,
                 tokens_per_step=cfg.train.batch_size * cfg.seq_len,
                 desc=f"mqar {cfg.model.mixer} L={cfg.seq_len} kv={cfg.num_kv_pairs}")
     last = res.history[-1] if res.history else {}
-    device = cfg.train.resolve_device()
     return {
-        "task": "mqar", "status": res.status, "seed": cfg.seed,
+        "task": "mqar", **run_fields(res, cfg.train, cfg.seed),
         "mixer": cfg.model.name, "layout": cfg.model.layout,
         "mixer_options": json.dumps(cfg.model.mixer_options, sort_keys=True),
         "d_model": cfg.model.d_model, "n_layers": cfg.model.n_layers, "lr": cfg.train.lr,
         "seq_len": cfg.seq_len, "num_kv_pairs": cfg.num_kv_pairs, "vocab_size": cfg.vocab_size,
         "accuracy": res.best,  # best evaluation, as Zoology reports its sweeps
         "final_accuracy": last.get("accuracy"), "test_loss": last.get("test_loss"),
-        "train_loss": res.final_loss, "steps": res.steps, "stopped_early": res.stopped_early,
+        "train_loss": res.final_loss, "stopped_early": res.stopped_early,
         "tokens_seen": res.steps * cfg.train.batch_size * cfg.seq_len,
         **model_metadata(model, cfg.seq_len),
         "mixer_state_size": model.blocks[0].mixer.state_size(cfg.seq_len),
-        "wall_time": res.wall_time, "total_time": time.perf_counter() - t0,
-        "resumed_from": res.resumed_from, **environment(device, cfg.train.amp),
+        "total_time": time.perf_counter() - t0,
     }
 
 

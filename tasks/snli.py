@@ -22,7 +22,6 @@ import argparse
 import json
 import math
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -32,12 +31,13 @@ import torch.nn.functional as F
 import zoo
 from zoo.config import StrictConfig, check_bounds, check_choice
 
-from .common import add_run_arguments, environment, model_metadata, run_from_cli
+from .common import (add_run_arguments, checkpoint_path, epoch_indices, model_metadata, refuse_non_causal,
+                     run_from_cli, run_fields, score_best)
 from .data import (SPECIALS, cache_root, cached, fingerprint, make_tokenizer, need,
                    published_rows, snli_splits)
 from .snli_heads import Head, HeadConfig, classifier_mlp, pool_states
 from .train import TrainConfig, train
-from .wikitext2 import paper_model_config, refuse_non_causal
+from .wikitext2 import paper_model_config
 
 
 @dataclass
@@ -160,15 +160,11 @@ def distilbert(cfg: SNLIConfig, vocab_size: int, pad_id: int) -> nn.Module:
 
 
 def batches(seqs, labels, batch_size: int, seed: int, pad_id: int):
-    """``batch_fn(step)``: a fresh seeded order each epoch, a pure function of the step."""
-    n = len(seqs)
-
-    @lru_cache(maxsize=2)
-    def order(epoch: int) -> list[int]:
-        return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch)).tolist()
+    """``batch_fn(step)``: padded ids, mask and labels of batch ``step`` (``epoch_indices``)."""
+    pick = epoch_indices(len(seqs), batch_size, seed)
 
     def batch_fn(step: int):
-        idx = [order(k // n)[k % n] for k in range(step * batch_size, (step + 1) * batch_size)]
+        idx = pick(step).tolist()
         ids, mask = pad([seqs[i] for i in idx], pad_id)
         return ids, mask, torch.tensor([labels[i] for i in idx])
 
@@ -201,7 +197,7 @@ def run(cfg: SNLIConfig, workdir: Path | None = None, progress: bool = True) -> 
 
     if cfg.setting == "scratch":
         lm = zoo.build_model(cfg.model.replace(vocab_size=tok.vocab_size), seed=cfg.seed)
-        refuse_non_causal(lm)  # last-token pooling is only sound if no token sees its successors
+        refuse_non_causal(lm, "snli")  # last-token pooling is only sound if no token sees its successors
         torch.manual_seed(cfg.seed)  # the classifier's init, then the dropout of training
         model = LMClassifier(lm, cfg.pool)
         what = {"mixer": lm.cfg.name, "layout": lm.cfg.layout,
@@ -224,35 +220,26 @@ def run(cfg: SNLIConfig, workdir: Path | None = None, progress: bool = True) -> 
     tcfg = cfg.train.replace(steps=steps, eval_every=min(every, steps),
                              warmup_steps=min(cfg.train.warmup_steps, max(1, steps // 10)))
     val = (data["valid"][0][: limit["valid"]], labels["valid"][: limit["valid"]])
-    ckpt = Path(workdir) / "checkpoint.pt" if workdir is not None else None  # a requeued job resumes here
-    if ckpt is not None:
-        ckpt.parent.mkdir(parents=True, exist_ok=True)
     result = train(model, tcfg, batches(data["train"][0], labels["train"], B, cfg.seed, pad_id),
                    loss_fn=lambda m, b: F.cross_entropy(m(b[0], b[1]).float(), b[2]),
                    eval_fn=lambda m: {"val_accuracy": accuracy(m, *val, 256, pad_id)}, metric="val_accuracy",
-                   higher_is_better=True, checkpoint=ckpt,
+                   higher_is_better=True, checkpoint=checkpoint_path(workdir),
                    progress=progress, desc=f"snli {what.get('head', what['mixer'])}")
-    device = tcfg.resolve_device()
-    test_acc = None  # no evaluation ran (diverged before the first)
-    if result.best_state is not None:
-        model.load_state_dict(result.best_state)
-        model.eval()
-        with torch.autocast(device.type, torch.bfloat16, enabled=device.type == "cuda" and tcfg.amp):
-            n = limit["test"]
-            test_acc = accuracy(model, data["test"][0][:n], labels["test"][:n], 256, pad_id)
+    n = limit["test"]
+    test_acc = score_best(model, result, tcfg,
+                          lambda m: accuracy(m, data["test"][0][:n], labels["test"][:n], 256, pad_id))
     if cfg.setting == "scratch":  # after the runs, so that the backends are the ones that ran
         what.update(model_metadata(lm, cfg.max_len))
     return {
-        "task": "snli", "setting": cfg.setting, **what, "params_trainable": trainable, "seed": cfg.seed,
-        "status": result.status, "train_data": about["train"], "val_data": about["valid"],
+        "task": "snli", "setting": cfg.setting, **what, "params_trainable": trainable,
+        **run_fields(result, tcfg, cfg.seed), "train_data": about["train"], "val_data": about["valid"],
         "test_data": about["test"], "tokenizer": tok.name, "vocab_size": tok.vocab_size,
         "n_train": n_train, "n_val": limit["valid"], "n_test": limit["test"], "max_len": cfg.max_len,
-        "trimmed_pairs": sum(d[1] for d in data.values()), "batch_size": B, "steps": result.steps,
+        "trimmed_pairs": sum(d[1] for d in data.values()), "batch_size": B,
         "warmup_steps": tcfg.warmup_steps, "examples_seen": result.steps * B,
         "epochs_seen": result.steps / steps_per_epoch, "eval_steps": [h["step"] for h in result.history],
         "val_accuracy_history": [h.get("val_accuracy") for h in result.history],
         "best_val_accuracy": result.best, "test_accuracy": test_acc, "final_train_loss": result.final_loss,
-        "wall_time": result.wall_time, "resumed_from": result.resumed_from, **environment(device, tcfg.amp),
     }
 
 

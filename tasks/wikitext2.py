@@ -22,7 +22,6 @@ import argparse
 import json
 import math
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -31,7 +30,8 @@ import torch.nn.functional as F
 import zoo
 from zoo.config import StrictConfig, check_bounds, check_choice
 
-from .common import add_run_arguments, environment, lm_loss, model_metadata, run_from_cli
+from .common import (add_run_arguments, checkpoint_path, epoch_indices, lm_loss, model_metadata, refuse_non_causal,
+                     run_from_cli, run_fields, score_best)
 from .data import load_wikitext2, published_rows, unigram_perplexity
 from .flops import flops
 from .train import TrainConfig, train
@@ -134,19 +134,10 @@ class Chunks:
 
 
 def train_batches(chunks: Chunks, batch_size: int, seed: int):
-    """``batch_fn(step)``: batch ``step`` of an endless sequence of epochs, each a fresh
-    seeded permutation of the chunks; a pure function of the step (exact resume)."""
-
-    @lru_cache(maxsize=2)
-    def order(epoch: int) -> torch.Tensor:
-        return torch.randperm(chunks.n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
-
-    def batch_fn(step: int):
-        k = torch.arange(step * batch_size, (step + 1) * batch_size)
-        epochs, slots = (k // chunks.n).tolist(), (k % chunks.n).tolist()
-        return chunks.get(torch.tensor([int(order(e)[s]) for e, s in zip(epochs, slots)]))
-
-    return batch_fn
+    """``batch_fn(step)``: batch ``step`` of an endless run of epochs over the chunks, each
+    a fresh seeded order (``epoch_indices``)."""
+    pick = epoch_indices(chunks.n, batch_size, seed)
+    return lambda step: chunks.get(pick(step))
 
 
 @torch.no_grad()
@@ -162,22 +153,11 @@ def perplexity(model, chunks: Chunks, batch_size: int) -> float:
     return math.exp(total / count)
 
 
-def refuse_non_causal(model: zoo.LM) -> None:
-    """A language model that sees the tokens it predicts measures nothing."""
-    try:
-        zoo.assert_causal(model)
-    except zoo.CausalityError as e:
-        cfg = model.cfg
-        raise ValueError(f"refusing to train a non-causal model: mixer {cfg.mixer!r} with options "
-                         f"{cfg.mixer_options} (layer options {cfg.layer_options}) fails "
-                         f"zoo.assert_causal: {e}") from e
-
-
 def run(cfg: WikiText2Config, workdir: Path | None = None, progress: bool = True) -> dict:
     corpus = load_wikitext2(cfg.variant, cfg.tokenizer, cfg.data_dir, cfg.cache_dir, cfg.wordpiece_vocab)
     mcfg = cfg.model.replace(vocab_size=corpus["vocab_size"])
     model = zoo.build_model(mcfg, seed=cfg.seed)
-    refuse_non_causal(model)
+    refuse_non_causal(model, "wikitext2")
 
     L, B = cfg.seq_len, cfg.train.batch_size
     train_chunks = Chunks(corpus["train"], L)
@@ -192,21 +172,12 @@ def run(cfg: WikiText2Config, workdir: Path | None = None, progress: bool = True
                              warmup_steps=min(cfg.train.warmup_steps, max(1, steps // 10)))
 
     torch.manual_seed(cfg.seed)  # dropout: a rerun of the same config is the same run
-    ckpt = Path(workdir) / "checkpoint.pt" if workdir is not None else None  # a requeued job resumes here
-    if ckpt is not None:
-        ckpt.parent.mkdir(parents=True, exist_ok=True)
     result = train(model, tcfg, train_batches(train_chunks, B, cfg.seed),
                    loss_fn=lm_loss,
                    eval_fn=lambda m: {"val_ppl": perplexity(m, valid, B)}, metric="val_ppl",
-                   checkpoint=ckpt, progress=progress, tokens_per_step=tokens_per_step,
+                   checkpoint=checkpoint_path(workdir), progress=progress, tokens_per_step=tokens_per_step,
                    desc=f"wikitext2 {mcfg.mixer}")
-    device = tcfg.resolve_device()
-    test_ppl = None
-    if result.best_state is not None:
-        model.load_state_dict(result.best_state)
-        model.eval()
-        with torch.autocast(device.type, torch.bfloat16, enabled=device.type == "cuda" and tcfg.amp):
-            test_ppl = perplexity(model, test, B)
+    test_ppl = score_best(model, result, tcfg, lambda m: perplexity(m, test, B))
     scored = valid.n * L  # the unigram bar is measured on the same validation tokens
     cost = flops(model, B, L)  # the training step's estimate, for curves at equal compute
     return {
@@ -214,11 +185,11 @@ def run(cfg: WikiText2Config, workdir: Path | None = None, progress: bool = True
         "setting": f"{mcfg.n_layers}L/{L}",  # as the published rows name theirs: layers/context
         "mixer": mcfg.name, "layout": mcfg.layout,
         "mixer_options": json.dumps(mcfg.mixer_options, sort_keys=True),
-        "d_model": mcfg.d_model, "n_layers": mcfg.n_layers, "seed": cfg.seed, "status": result.status,
+        "d_model": mcfg.d_model, "n_layers": mcfg.n_layers, **run_fields(result, tcfg, cfg.seed),
         "variant": cfg.variant, "data_source": corpus["data_source"], "tokenizer": corpus["tokenizer"],
         "vocab_size": corpus["vocab_size"], "seq_len": L, "batch_size": B,
         "train_tokens": len(corpus["train"]), "budget_tokens": cfg.budget_tokens,
-        "steps": result.steps, "warmup_steps": tcfg.warmup_steps,
+        "warmup_steps": tcfg.warmup_steps,
         "tokens_seen": result.steps * tokens_per_step, "epochs_seen": result.steps / steps_per_epoch,
         "val_tokens_scored": scored, "test_tokens_scored": test.n * L,
         "eval_steps": [h["step"] for h in result.history],
@@ -228,8 +199,7 @@ def run(cfg: WikiText2Config, workdir: Path | None = None, progress: bool = True
         "best_val_ppl": result.best, "test_ppl": test_ppl, "final_train_loss": result.final_loss,
         "unigram_val_ppl": unigram_perplexity(corpus["train"], corpus["valid"][: scored + 1][1:],
                                               corpus["vocab_size"]),
-        **model_metadata(model, L), "wall_time": result.wall_time, "resumed_from": result.resumed_from,
-        **environment(device, tcfg.amp),
+        **model_metadata(model, L),
     }
 
 

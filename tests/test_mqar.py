@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tasks import TASKS
-from tasks.mqar import (CPU_GRID, LOCAL_GRID, ZOOLOGY_FIG2_GRID, MQARConfig, batch_sampler, evaluate,
+from tasks.mqar import (CPU_GRID, LOCAL_GRID, ZOOLOGY_FIG2_GRID, MQARConfig, evaluate,
                         grid_configs, load_split, run)
 from tasks.mqar_data import mqar_examples
 
@@ -89,13 +89,13 @@ def test_query_gaps_follow_the_power_law():
 def test_cache_round_trip_and_key(tmp_path):
     cfg = MQARConfig(cache_dir=str(tmp_path), num_train_examples=300, num_test_examples=50)
     x, y = load_split(cfg, "train")
-    files = list(tmp_path.glob("mqar-train-*.pt"))
+    files = list(tmp_path.glob("mqar/mqar-train-*.pt"))  # under the cache root's mqar/
     assert len(files) == 1 and x.shape == (300, 64)
     again = load_split(cfg, "train")  # from the file now
     assert torch.equal(again[0], x) and torch.equal(again[1], y) and again[0].dtype == torch.int64
     assert torch.equal(x, mqar_examples(300, 64, 4, 128, cfg.seed)[0])  # the file holds the generator's data
     load_split(cfg.replace(power_a=0.5), "train")  # another generator config, another file
-    assert len(list(tmp_path.glob("mqar-train-*.pt"))) == 2
+    assert len(list(tmp_path.glob("mqar/mqar-train-*.pt"))) == 2
     assert load_split(cfg, "test")[0].shape == (50, 64)
 
 
@@ -134,6 +134,8 @@ def test_grids_are_valid_configs():
 
 
 def test_batches_are_a_pure_function_of_the_step():
+    from tasks.common import epoch_indices as batch_sampler
+
     pick = batch_sampler(n=10, batch_size=4, seed=3)
     seq = torch.cat([pick(s) for s in range(5)])  # 20 = two epochs of 10; batch 2 straddles them
     again = batch_sampler(n=10, batch_size=4, seed=3)
