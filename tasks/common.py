@@ -146,7 +146,10 @@ def add_run_arguments(ap: argparse.ArgumentParser) -> None:
 
 def run_from_cli(cfg, args: argparse.Namespace, run, show) -> dict:
     """Apply --device and --set, run, write --out, print ``show(record)``."""
-    cfg = apply_sets(cfg.replace(train=cfg.train.replace(device=args.device)), args.set)
+    # a training task's device is its train.device; a measuring task (scaling) has its own
+    cfg = cfg.replace(train=cfg.train.replace(device=args.device)) if hasattr(cfg, "train") \
+        else cfg.replace(device=args.device)
+    cfg = apply_sets(cfg, args.set)
     record = run(cfg, args.workdir)
     if args.out:
         args.out.write_text(json.dumps(record, indent=1))

@@ -1,0 +1,34 @@
+"""Any registered task from the command line, with no CLI of its own: its config's
+defaults, overridden field by field (unknown fields are refused with the valid ones).
+
+    python -m tasks mqar --set seq_len=128 --set num_kv_pairs=8 --set model.max_len=128
+    python -m tasks wikitext2 --set preset=tiny --out record.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+from . import TASKS
+from .common import add_run_arguments, run_from_cli
+
+SUMMARY = ("status", "mixer", "accuracy", "best_val_ppl", "test_ppl", "test_accuracy", "steps", "wall_time")
+
+
+def summary(record: dict) -> str:
+    """The record's headline fields, one JSON line (the whole record goes to --out)."""
+    return json.dumps({k: record[k] for k in SUMMARY if k in record})
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(prog="python -m tasks", description=__doc__.split("\n\n")[0])
+    ap.add_argument("task", choices=sorted(TASKS))
+    add_run_arguments(ap)
+    args = ap.parse_args(argv)
+    config_class, run = TASKS[args.task]
+    cfg = config_class().replace(seed=args.seed)
+    return run_from_cli(cfg, args, run, summary)
+
+
+if __name__ == "__main__":
+    main()
