@@ -17,6 +17,7 @@ _REGISTRY = {
     "scaling": ("scaling", "ScalingConfig"),
     "wikitext2": ("wikitext2", "WikiText2Config"),
     "snli": ("snli", "SNLIConfig"),
+    "mad": ("mad", "MADConfig"),
 }
 
 

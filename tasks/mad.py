@@ -1,0 +1,161 @@
+"""MAD's synthetic capability suite (Poli et al. 2024, athms/mad-lab) on any zoo mixer.
+
+One run trains one model on one setting of one of the six tasks (``tasks.mad_data``:
+in-context, fuzzy and noisy recall, selective copying, compression, memorization) and
+reports MAD's metric, the accuracy over the scored positions of the test split. MAD's
+model is its width 128, two mixer layers each followed by an MLP, pre-norm residual
+blocks: here the zoo LM with d_model 128, n_layers 2 and an MLP of 4 x d_model. As MAD,
+compression runs the backbone as an encoder whose last state an MLP decodes back into
+every position (``Compressor``); the other tasks score the LM head where targets are set.
+MAD sweeps learning rate x weight decay per setting and keeps the best (its MAD score is
+the mean of those bests over settings: ``results.report``).
+
+    python -m tasks mad --set task=selective-copying --set train.steps=500
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import zoo
+from zoo.config import StrictConfig, check_bounds, check_choice
+from zoo.model import ModelConfig
+
+from .common import (checkpoint_path, epoch_indices, labelled_lm_loss, labelled_logits, model_metadata,
+                     refuse_non_causal, run_fields)
+from .data import cache_root, cached, fingerprint
+from .mad_data import BASELINES, GENERATOR_VERSION, IGNORE, check, generate
+from .train import TrainConfig, train
+
+
+@dataclass
+class MADConfig(StrictConfig):
+    seed: int = 0  # model init, data and batch order
+    task: str = "in-context-recall"
+    setting: dict = field(default_factory=dict)  # changes to the task's MAD baseline (BASELINES)
+    # vocab_size and max_len: the setting's, applied by model_config (as wikitext2 takes its tokenizer's)
+    model: ModelConfig = field(default_factory=lambda: ModelConfig(
+        vocab_size=16, d_model=128, n_layers=2, max_len=128, d_ff=512, block="prenorm"))
+    # MAD: AdamW, lr 5e-4 (swept with weight decay), cosine; its 200 epochs are a GPU's budget
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(
+        steps=1000, batch_size=128, lr=5e-4, weight_decay=0.0, warmup_steps=0, min_lr_ratio=0.0, eval_every=250))
+    cache_dir: str | None = None  # the cache root (tasks.data.cache_root); the data goes to its mad/
+    eval_batch_size: int = 256
+
+    def __post_init__(self):
+        check_choice("MADConfig", "task", self.task, sorted(BASELINES))
+        allowed = {*BASELINES[self.task]["baseline"], *BASELINES[self.task]["changes"]}
+        unknown = sorted(set(self.setting) - allowed)
+        if unknown:
+            raise ValueError(f"MADConfig: setting has unknown field(s) {unknown} for task {self.task!r}; "
+                             f"valid fields: {sorted(allowed)}")
+        full = self.full_setting
+        check(self.task, **{k: v for k, v in full.items() if k not in ("num_train_examples", "num_test_examples")})
+        check_bounds(self, "seed", ge=0)
+        for split in ("train", "test"):
+            if not (isinstance(full[f"num_{split}_examples"], int) and full[f"num_{split}_examples"] > 0):
+                raise ValueError(f"MADConfig: setting num_{split}_examples={full[f'num_{split}_examples']!r} "
+                                 f"must be a positive integer")
+        check_bounds(self, "eval_batch_size", gt=0)
+
+    @property
+    def full_setting(self) -> dict:
+        return {**BASELINES[self.task]["baseline"], **self.setting}
+
+
+def model_config(cfg: MADConfig) -> ModelConfig:
+    """The model the run builds: ``cfg.model`` at the setting's vocabulary and length."""
+    return cfg.model.replace(vocab_size=cfg.full_setting["vocab_size"], max_len=cfg.full_setting["seq_len"])
+
+
+def load_split(cfg: MADConfig, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The split's (inputs, targets), generated once and cached under a hash of its key."""
+    key = {"version": GENERATOR_VERSION, "task": cfg.task, "setting": cfg.full_setting, "split": split,
+           "seed": cfg.seed}
+    path = cache_root(cfg.cache_dir) / "mad" / f"{cfg.task}-{split}-{fingerprint(key)}.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def build() -> dict:
+        x, y = generate(cfg.task, cfg.full_setting, split, cfg.seed)
+        return {"inputs": x.int(), "targets": y.int(), "key": key}
+    data = cached(path, build)
+    return data["inputs"].long(), data["targets"].long()
+
+
+class Compressor(nn.Module):
+    """MAD's compression model: the LM's blocks encode the sequence, the last position's
+    state (which has seen every token) is the code, and a 2-layer MLP decodes the code
+    plus a fixed sinusoidal position into each position's token."""
+
+    def __init__(self, lm: zoo.LM, seq_len: int):
+        super().__init__()
+        d = lm.cfg.d_model
+        self.lm = lm
+        self.decoder = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, d), nn.GELU(),
+                                     nn.LayerNorm(d), nn.Linear(d, d), nn.GELU(), nn.LayerNorm(d))
+        self.unembed = nn.Linear(d, lm.cfg.vocab_size)
+        pos = torch.arange(seq_len)[:, None] / 10_000 ** (torch.arange(0, d, 2) / d)  # (L, D/2)
+        self.register_buffer("positions", torch.cat([pos.sin(), pos.cos()], -1), persistent=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # (B, L) -> (B, L, V)
+        code = self.lm.features_embedded(self.lm.embed(tokens))[:, -1]  # (B, D)
+        L = tokens.shape[1]
+        return self.unembed(self.decoder(code[:, None] + self.positions[:L]))
+
+
+@torch.no_grad()
+def accuracy(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, batch_size: int) -> dict:
+    """MAD's test accuracy: correct predictions over every scored position of the split."""
+    device = next(model.parameters()).device
+    correct = total = 0
+    for s in range(0, len(inputs), batch_size):
+        x, y = inputs[s:s + batch_size].to(device), targets[s:s + batch_size].to(device)
+        keep = y != IGNORE
+        correct += (labelled_logits(model, x, keep).argmax(-1) == y[keep]).sum().item()
+        total += keep.sum().item()
+    return {"accuracy": correct / max(total, 1)}
+
+
+def compression_loss(model: nn.Module, batch) -> torch.Tensor:
+    inputs, targets = batch
+    return F.cross_entropy(model(inputs).flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE)
+
+
+def run(cfg: MADConfig, workdir: Path | None = None, progress: bool = True) -> dict:
+    train_x, train_y = load_split(cfg, "train")
+    test_x, test_y = load_split(cfg, "test")
+    lm = zoo.build_model(model_config(cfg), seed=cfg.seed)
+    refuse_non_causal(lm, "mad")
+    compress = cfg.task == "compression"
+    torch.manual_seed(cfg.seed)  # the compression decoder's init
+    model = Compressor(lm, train_x.shape[1]) if compress else lm
+    pick = epoch_indices(len(train_x), cfg.train.batch_size, cfg.seed)
+    setting = cfg.full_setting
+    def batch_fn(step: int):
+        idx = pick(step)
+        return train_x[idx], train_y[idx]
+
+    res = train(model, cfg.train, batch_fn,
+                compression_loss if compress else labelled_lm_loss,
+                eval_fn=lambda m: accuracy(m, test_x, test_y, cfg.eval_batch_size), metric="accuracy",
+                higher_is_better=True, checkpoint=checkpoint_path(workdir), progress=progress,
+                tokens_per_step=cfg.train.batch_size * setting["seq_len"], desc=f"mad {cfg.task} {lm.cfg.name}")
+    steps_per_epoch = math.ceil(len(train_x) / cfg.train.batch_size)
+    return {
+        "task": "mad", "mad_task": cfg.task, **run_fields(res, cfg.train, cfg.seed),
+        "setting": json.dumps(setting, sort_keys=True), **{f"mad_{k}": v for k, v in setting.items()},
+        "mixer": lm.cfg.name, "layout": lm.cfg.layout,
+        "mixer_options": json.dumps(lm.cfg.mixer_options, sort_keys=True),
+        "d_model": lm.cfg.d_model, "n_layers": lm.cfg.n_layers, "vocab_size": lm.cfg.vocab_size,
+        "lr": cfg.train.lr, "weight_decay": cfg.train.weight_decay,
+        "accuracy": res.best,  # the best evaluation, as MAD's sweeps report
+        "final_accuracy": (res.history[-1] if res.history else {}).get("accuracy"),
+        "train_loss": res.final_loss, "epochs_seen": res.steps / steps_per_epoch,
+        **model_metadata(lm, setting["seq_len"]),
+    }

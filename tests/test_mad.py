@@ -1,0 +1,72 @@
+"""tasks.mad: configs refuse what MAD's settings cannot be, a run trains and scores the
+test positions MAD scores, and compression decodes every position from one state."""
+import json
+
+import pytest
+import torch
+
+import zoo
+from tasks import TASKS
+from tasks.mad import Compressor, MADConfig, accuracy, load_split, model_config, run
+from tasks.mad_data import IGNORE
+
+
+def _tiny(tmp_path, task="in-context-recall", **setting):
+    base = MADConfig(task=task)
+    full = {**base.full_setting, "num_train_examples": 64, "num_test_examples": 32, **setting}
+    model = base.model.replace(d_model=16, d_ff=32)
+    return MADConfig(task=task, setting=full, model=model, cache_dir=str(tmp_path),
+                     train=base.train.replace(steps=6, batch_size=8, eval_every=3, device="cpu"))
+
+
+def test_config_names_the_bad_field():
+    with pytest.raises(ValueError, match="task='copying'.*selective-copying"):
+        MADConfig(task="copying")
+    with pytest.raises(ValueError, match=r"unknown field\(s\) \['frac_noise'\].*valid fields"):
+        MADConfig(setting={"frac_noise": 0.5})  # in-context recall has no noise
+    with pytest.raises(ValueError, match="seq_len"):
+        MADConfig(task="selective-copying", setting={"seq_len": 8})  # 16 tokens to copy do not fit
+    # the model takes the setting's vocabulary and length
+    assert model_config(MADConfig(task="memorization")).vocab_size == 256
+    assert model_config(MADConfig(setting={"seq_len": 256})).max_len == 256
+    assert TASKS["mad"][0] is MADConfig
+
+
+@pytest.mark.parametrize("task", ["in-context-recall", "compression", "memorization"])
+def test_a_run_trains_and_scores_the_test_positions(tmp_path, task):
+    setting = {"vocab_size": 32, "seq_len": 8} if task == "memorization" else {"seq_len": 32}
+    cfg = _tiny(tmp_path, task, **setting)
+    rec = run(cfg, workdir=tmp_path / "w", progress=False)
+    json.dumps(rec)
+    assert rec["task"] == "mad" and rec["mad_task"] == task and rec["steps"] == 6
+    assert 0.0 <= rec["accuracy"] <= 1.0 and rec["mad_seq_len"] == cfg.full_setting["seq_len"]
+    assert json.loads(rec["setting"]) == cfg.full_setting
+    again = load_split(cfg, "test")  # cached: the same data from the file
+    assert torch.equal(again[0], load_split(cfg, "test")[0])
+
+
+def test_accuracy_counts_scored_positions_only():
+    class Echo(torch.nn.Module):  # predicts each position's own input token
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, x):
+            return torch.nn.functional.one_hot(x, 10).float() + 0 * self.w
+
+    x = torch.randint(10, (4, 6))
+    y = torch.full_like(x, IGNORE)
+    y[:, 1] = x[:, 1]  # right
+    y[:, 3] = (x[:, 3] + 1) % 10  # wrong
+    assert accuracy(Echo(), x, y, batch_size=3)["accuracy"] == 0.5
+
+
+def test_compression_decodes_every_position_from_the_last_state():
+    lm = zoo.build_model(zoo.ModelConfig(vocab_size=12, d_model=16, n_layers=1, max_len=10), seed=0)
+    model = Compressor(lm, 10)
+    x = torch.randint(12, (2, 10))
+    out = model(x)
+    assert out.shape == (2, 10, 12)
+    changed = x.clone()
+    changed[:, 0] = (x[:, 0] + 1) % 12  # the first token reaches the code through the last state
+    assert not torch.allclose(model(changed)[:, 5], out[:, 5])
