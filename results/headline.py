@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .report import best_over_lr, gap_interval
+from .stats import best_over_lr, gap_interval
 
 REFERENCE = Path(__file__).resolve().parent / "reference"
 PUBLISHED = Path(__file__).resolve().parent / "published.csv"

@@ -17,7 +17,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
-from results.report import best_over_lr  # noqa: E402
+from results.stats import best_over_lr  # noqa: E402
 
 CI = ("ci", 95)
 # Scaling measurements by the names a record may use for them, with their axis label.

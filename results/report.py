@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import datetime
 import math
-import statistics
 from pathlib import Path
 
 import pandas as pd
+
+from .stats import best_over_lr, gap_interval, mad_scores
 
 # The metrics a task's table shows first; other tasks show what looks like a metric.
 HEADLINE = {
@@ -66,18 +67,6 @@ def _group_keys(rows: pd.DataFrame) -> list[str]:
     return ["label"] + (["setting"] if "setting" in rows and rows["setting"].nunique(dropna=False) > 1 else [])
 
 
-def best_over_lr(rows: pd.DataFrame, keys) -> pd.DataFrame:
-    """Zoology's rule for MQAR: a point (``keys`` and seed) is its run of best accuracy
-    over the learning rates tried, so a model is not judged by a learning rate that
-    suits another. Whole rows come back: the winning ``lr``, ``state_size``, params, and
-    ``lrs_tried``, the number of learning rates the point was the best of."""
-    rows = rows[rows["accuracy"].notna()]
-    by = [k for k in (*keys, "seed") if k in rows]
-    if "lr" in rows:
-        rows = rows.assign(lrs_tried=rows.groupby(by, dropna=False)["lr"].transform("nunique"))
-    return rows.loc[rows.groupby(by, dropna=False)["accuracy"].idxmax()]
-
-
 def mqar_section(ok: pd.DataFrame) -> str:
     """A row per point of Zoology's grid (label, length, kv pairs, width); its accuracy is
     the best over learning rates per seed, then mean ± sd over seeds."""
@@ -99,6 +88,17 @@ def mqar_section(ok: pd.DataFrame) -> str:
     return ("## mqar\n\nState size: floats of inference state. Accuracy: per seed the best over the "
             "learning rates tried (finished runs), then mean ± sd over seeds.\n\n"
             + _table([*header, "seeds"], body))
+
+
+def mad_section(ok: pd.DataFrame) -> str:
+    """MAD's score per model beside its mean per task (``stats.mad_scores``)."""
+    table = mad_scores(ok)
+    tasks = [c for c in table.columns if c not in ("MAD score", "settings")]
+    body = [[label, _fmt(row["MAD score"]), *(_fmt(row[t]) for t in tasks), int(row["settings"])]
+            for label, row in table.iterrows()]
+    return ("## mad\n\nMAD score: per setting the best test accuracy over the learning-rate x weight-decay "
+            "sweep (mean over seeds), averaged over the settings run; per task, the same average over that "
+            "task's settings.\n\n" + _table(["label", "MAD score", *tasks, "settings"], body))
 
 
 def scaling_section(rows: pd.DataFrame) -> str:
@@ -132,6 +132,8 @@ def task_section(rows: pd.DataFrame, task: str) -> str:
         return f"## {task}\n\nNo finished runs with metrics."
     if task == "mqar" and "accuracy" in ok:
         return mqar_section(ok)
+    if task == "mad" and "accuracy" in ok:
+        return mad_section(ok)
     keys = _group_keys(ok)
     counts = [c for c in COUNTS if c in ok]
     gap = _gap_to_attention(ok, metrics[-1]) if task == "wikitext2" else None
@@ -170,50 +172,6 @@ def _gap_to_attention(ok: pd.DataFrame, metric: str):
 GAP_CAPTION = ("{metric} vs attention: the geometric mean of {metric} over seeds relative to that of the "
                "attention runs of the same setting (exp of the difference in mean log {metric}, minus 1); "
                "in brackets, where both have at least 2 seeds, a 95% Welch t interval on that difference.")
-
-
-def gap_interval(ours, attention, level: float = 0.95) -> tuple[float, float | None, float | None]:
-    """How much higher ``ours``' perplexities are than ``attention``'s, as fractions
-    (gap, low, high). The gap is the ratio of geometric means minus 1: perplexity is the
-    exp of a mean loss, so this compares mean losses. The interval is Welch's t interval
-    on the difference of mean log perplexities (Welch–Satterthwaite degrees of freedom,
-    so the two sides' spreads need not match), exponentiated; low and high are None
-    unless both sides have at least 2 values."""
-    a, b = [math.log(v) for v in ours], [math.log(v) for v in attention]
-    diff = statistics.fmean(a) - statistics.fmean(b)
-    if min(len(a), len(b)) < 2:
-        return math.expm1(diff), None, None
-    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-    if va + vb == 0:  # identical runs on both sides: no spread, no width
-        return (math.expm1(diff),) * 3
-    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
-    half = t_quantile((1 + level) / 2, df) * math.sqrt(va + vb)
-    return math.expm1(diff), math.expm1(diff - half), math.expm1(diff + half)
-
-
-def t_quantile(p: float, df: float) -> float:
-    """Student's t quantile, for real df >= 1 (a Welch df is at least 1), without scipy.
-    With t = sqrt(df) tan(u) the density becomes c cos(u)^(df - 1) on [0, pi/2): smooth
-    and bounded, so Simpson's rule gives P(0 < T < t) and bisection on u inverts it."""
-    if not 0 < p < 1 or df < 1:
-        raise ValueError(f"t_quantile: need 0 < p < 1 and df >= 1, got p={p}, df={df}")
-    if p < 0.5:
-        return -t_quantile(1 - p, df)
-    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(math.pi)
-    n = 200  # Simpson intervals: the integrand is smooth, so far below the 4 digits shown
-
-    def mass(u: float) -> float:
-        h = u / n
-        weights = (1 if i in (0, n) else 4 if i % 2 else 2 for i in range(n + 1))
-        return c * h / 3 * sum(w * math.cos(i * h) ** (df - 1) for i, w in enumerate(weights))
-
-    # Cauchy (df = 1) has the widest quantiles; bracketing with it keeps the Simpson grid
-    # fine where the density is a narrow peak at large df
-    lo, hi = 0.0, math.atan(math.tan(math.pi * (p - 0.5)) / math.sqrt(df))
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if mass(mid) < p - 0.5 else (lo, mid)
-    return math.sqrt(df) * math.tan((lo + hi) / 2)
 
 
 def _our_column(metric: str, split: str, columns) -> str | None:

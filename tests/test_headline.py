@@ -2,7 +2,7 @@
 import pandas as pd
 
 from results.headline import lm_table, mqar_table, published_gaps
-from results.report import gap_interval
+from results.stats import gap_interval
 
 
 def _mqar(label, L, d, lr, acc, state):

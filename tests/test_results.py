@@ -14,7 +14,8 @@ from matplotlib.collections import PathCollection
 
 from results import plots
 from results.records import load_records, read_record, records_frame, write_record
-from results.report import gap_interval, report_markdown, t_quantile, write_report
+from results.report import report_markdown, write_report
+from results.stats import gap_interval, mad_scores, t_quantile
 from sweeps.cli import main as cli
 from test_sweeps import toy_task  # noqa: F401  (autouse: registers the toy task)
 
@@ -324,3 +325,17 @@ def test_lm_curves_against_flops_name_each_models_flops_per_token(tmp_path, figu
     old = df.copy()  # one run from before records carried the field: tokens only
     old.loc[old.index[old["task"] == "wikitext2"][0], "train_flops_per_token"] = np.nan
     assert [p.name for p in plots.plot_lm_curves(old, tmp_path)] == ["wikitext2_val_ppl_vs_tokens.png"]
+
+
+def test_mad_score_is_the_mean_of_best_of_sweep_accuracies():
+    def run(label, task, setting, lr, wd, acc):
+        return {"task": "mad", "run_status": "ok", "label": label, "mad_task": task, "setting": setting,
+                "lr": lr, "weight_decay": wd, "accuracy": acc, "seed": 0}
+    rows = pd.DataFrame([run("a", "copy", "s1", 1e-3, 0.0, 0.2), run("a", "copy", "s1", 1e-3, 0.1, 0.8),
+                         run("a", "copy", "s2", 1e-3, 0.0, 0.4), run("a", "recall", "s3", 1e-3, 0.0, 0.9),
+                         run("b", "copy", "s1", 1e-3, 0.0, 0.1)])
+    table = mad_scores(rows)
+    assert table.loc["a", "MAD score"] == pytest.approx((0.8 + 0.4 + 0.9) / 3)  # best of the sweep per setting
+    assert table.loc["a", "copy"] == pytest.approx(0.6) and table.loc["a", "settings"] == 3
+    assert list(table.index) == ["a", "b"]
+    assert "| a | 0.7 | 0.6 | 0.9 | 3 |" in report_markdown(rows.assign(run_id=range(5)))

@@ -1,0 +1,76 @@
+"""The statistics the reports and the README's tables share: Zoology's and MAD's
+best-of-sweep rule, MAD's score, and the gap to attention with its interval."""
+from __future__ import annotations
+
+import math
+import statistics
+
+import pandas as pd
+
+
+def best_over_lr(rows: pd.DataFrame, keys) -> pd.DataFrame:
+    """Zoology's rule for MQAR: a point (``keys`` and seed) is its run of best accuracy
+    over the learning rates tried, so a model is not judged by a learning rate that
+    suits another. Whole rows come back: the winning ``lr``, ``state_size``, params, and
+    ``lrs_tried``, the number of learning rates the point was the best of."""
+    rows = rows[rows["accuracy"].notna()]
+    by = [k for k in (*keys, "seed") if k in rows]
+    if "lr" in rows:
+        rows = rows.assign(lrs_tried=rows.groupby(by, dropna=False)["lr"].transform("nunique"))
+    return rows.loc[rows.groupby(by, dropna=False)["accuracy"].idxmax()]
+
+
+def gap_interval(ours, attention, level: float = 0.95) -> tuple[float, float | None, float | None]:
+    """How much higher ``ours``' perplexities are than ``attention``'s, as fractions
+    (gap, low, high). The gap is the ratio of geometric means minus 1: perplexity is the
+    exp of a mean loss, so this compares mean losses. The interval is Welch's t interval
+    on the difference of mean log perplexities (Welch–Satterthwaite degrees of freedom,
+    so the two sides' spreads need not match), exponentiated; low and high are None
+    unless both sides have at least 2 values."""
+    a, b = [math.log(v) for v in ours], [math.log(v) for v in attention]
+    diff = statistics.fmean(a) - statistics.fmean(b)
+    if min(len(a), len(b)) < 2:
+        return math.expm1(diff), None, None
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    if va + vb == 0:  # identical runs on both sides: no spread, no width
+        return (math.expm1(diff),) * 3
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    half = t_quantile((1 + level) / 2, df) * math.sqrt(va + vb)
+    return math.expm1(diff), math.expm1(diff - half), math.expm1(diff + half)
+
+
+def t_quantile(p: float, df: float) -> float:
+    """Student's t quantile, for real df >= 1 (a Welch df is at least 1), without scipy.
+    With t = sqrt(df) tan(u) the density becomes c cos(u)^(df - 1) on [0, pi/2): smooth
+    and bounded, so Simpson's rule gives P(0 < T < t) and bisection on u inverts it."""
+    if not 0 < p < 1 or df < 1:
+        raise ValueError(f"t_quantile: need 0 < p < 1 and df >= 1, got p={p}, df={df}")
+    if p < 0.5:
+        return -t_quantile(1 - p, df)
+    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(math.pi)
+    n = 200  # Simpson intervals: the integrand is smooth, so far below the 4 digits shown
+
+    def mass(u: float) -> float:
+        h = u / n
+        weights = (1 if i in (0, n) else 4 if i % 2 else 2 for i in range(n + 1))
+        return c * h / 3 * sum(w * math.cos(i * h) ** (df - 1) for i, w in enumerate(weights))
+
+    # Cauchy (df = 1) has the widest quantiles; bracketing with it keeps the Simpson grid
+    # fine where the density is a narrow peak at large df
+    lo, hi = 0.0, math.atan(math.tan(math.pi * (p - 0.5)) / math.sqrt(df))
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if mass(mid) < p - 0.5 else (lo, mid)
+    return math.sqrt(df) * math.tan((lo + hi) / 2)
+
+
+def mad_scores(rows: pd.DataFrame) -> pd.DataFrame:
+    """MAD's score (Poli et al. 2024): per model and setting, the best test accuracy over
+    the learning-rate x weight-decay sweep (mean over seeds); per model, the mean of those
+    over each task's settings, and over every setting (column "MAD score")."""
+    best = best_over_lr(rows, ["label", "mad_task", "setting"])
+    per_setting = best.groupby(["label", "mad_task", "setting"])["accuracy"].mean().reset_index()
+    table = per_setting.pivot_table(index="label", columns="mad_task", values="accuracy", aggfunc="mean")
+    table["MAD score"] = per_setting.groupby("label")["accuracy"].mean()
+    table["settings"] = per_setting.groupby("label").size()
+    return table.sort_values("MAD score", ascending=False)
