@@ -27,7 +27,7 @@ def test_readme_figures_are_committed_reference_results():
 
 
 def test_every_reference_sweep_has_a_report():
-    assert {p.name for p in REPORTS} >= {"smoke", "wikitext2_cpu"}
+    assert {p.name for p in REPORTS} >= {"smoke", "wikitext2_cpu", "mqar_cpu", "wikitext2_6L_cpu"}
 
 
 @pytest.mark.parametrize("folder", REPORTS, ids=lambda p: p.name)
@@ -72,3 +72,25 @@ def test_readme_training_step_tables_are_the_committed_csvs(name):
         rows = list(csv.DictReader(f))
     assert rows and all(r["command"].startswith("python -m tasks.trainstep") for r in rows)
     assert markdown_table(rows) in (ROOT / "README.md").read_text()
+
+
+def test_readme_headline_tables_are_their_records():
+    """The README's recall and 6-layer tables, and the published gaps beside them, are
+    results.headline's tables of the committed records and published.csv, verbatim (so
+    every number in them comes from a record): rewriting them changes nothing."""
+    from results import headline
+
+    made = headline.tables()
+    want = {"published_gaps", *headline.TABLES, *(f"{name}_status" for name in headline.TABLES)}
+    assert set(made) == want, "a reference sweep has no records"
+    text = (ROOT / "README.md").read_text()
+    for name in made:
+        assert f"<!-- headline:{name} -->" in text, name
+    assert headline.update(text, made) == text
+
+
+def test_headline_update_rewrites_only_the_marked_tables():
+    from results.headline import update
+
+    text = "a\n<!-- headline:t -->\nold\n<!-- /headline -->\nb <!-- headline:u -->x<!-- /headline -->"
+    assert update(text, {"t": "new"}) == "a\n<!-- headline:t -->\nnew\n<!-- /headline -->\nb <!-- headline:u -->x<!-- /headline -->"
