@@ -17,7 +17,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
-from results.stats import best_over_lr  # noqa: E402
+from results.stats import best_over_lr, mad_scores  # noqa: E402
 
 CI = ("ci", 95)
 # Scaling measurements by the names a record may use for them, with their axis label.
@@ -245,9 +245,24 @@ def plot_scaling(df: pd.DataFrame, out: Path) -> list[Path]:
     return paths
 
 
+def plot_mad(df: pd.DataFrame, out: Path) -> Path | None:
+    """MAD: each model's best-of-sweep accuracy per task (mean over the task's settings)
+    and its MAD score (the mean over every setting), one bar per model, best first."""
+    rows = _ok(df, "mad")
+    if rows.empty or "accuracy" not in rows:
+        return None
+    table = mad_scores(rows).drop(columns="settings")
+    long = table.reset_index().melt(id_vars="label", var_name="task", value_name="accuracy")
+    fig, ax = plt.subplots(figsize=(1.2 + 0.9 * len(table.columns), 3.6))
+    sns.barplot(long, x="task", y="accuracy", hue="label", hue_order=list(table.index), ax=ax)
+    ax.set(ylim=(0, 1), xlabel="", ylabel="best accuracy over the sweep")
+    ax.tick_params(axis="x", rotation=30)
+    return _save(fig, out / "mad_accuracy_by_task.png")
+
+
 def plot_all(df: pd.DataFrame, out: str | Path) -> list[Path]:
     out = Path(out)
     sns.set_theme(style="whitegrid", context="paper")
     paths = [plot_perplexity(df, out), *plot_lm_curves(df, out), plot_mqar(df, out), plot_mqar_state(df, out),
-             *plot_scaling(df, out)]
+             plot_mad(df, out), *plot_scaling(df, out)]
     return [p for p in paths if p is not None]

@@ -339,3 +339,20 @@ def test_mad_score_is_the_mean_of_best_of_sweep_accuracies():
     assert table.loc["a", "copy"] == pytest.approx(0.6) and table.loc["a", "settings"] == 3
     assert list(table.index) == ["a", "b"]
     assert "| a | 0.7 | 0.6 | 0.9 | 3 |" in report_markdown(rows.assign(run_id=range(5)))
+
+
+def test_mad_figure_shows_each_task_and_the_score(tmp_path, monkeypatch):
+    from results import plots
+
+    rows = pd.DataFrame([{"task": "mad", "run_status": "ok", "label": label, "mad_task": task, "setting": task,
+                          "lr": lr, "weight_decay": 0.0, "accuracy": acc, "seed": 0}
+                         for label, task, lr, acc in (("a", "copy", 1e-3, 0.9), ("a", "copy", 1e-4, 0.1),
+                                                      ("a", "recall", 1e-3, 0.5), ("b", "copy", 1e-3, 0.2),
+                                                      ("b", "recall", 1e-3, 0.4))])
+    drawn = {}
+    monkeypatch.setattr(plots, "_save", lambda fig, path: drawn.setdefault(path.name, fig) and path)
+    plots.plot_mad(rows, tmp_path)
+    bars = drawn["mad_accuracy_by_task.png"].axes[0].patches
+    heights = sorted(round(b.get_height(), 6) for b in bars if b.get_height() > 0)
+    assert heights == [0.2, 0.3, 0.4, 0.5, 0.7, 0.9]  # best of the sweep per task, and the two scores
+    assert plots.plot_mad(rows.assign(task="mqar"), tmp_path) is None  # no MAD runs: no figure
