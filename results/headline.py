@@ -34,11 +34,13 @@ def _millions(column) -> str:
 
 def mqar_table(frame: pd.DataFrame) -> str:
     """Best accuracy over learning rates at each (mixer, L, width), one row per mixer
-    (best first at the longest L), one column per L holding the widths' values, and the
-    model's inference state at the longest L."""
+    (best first at the longest L), one column per L holding the widths' values (marked *
+    while some of the point's learning rates have not finished), and the model's
+    inference state at the longest L."""
     ok = frame[(frame["task"] == "mqar") & (frame["run_status"] == "ok")]
     best = best_over_lr(ok, ["label", "seq_len", "d_model"])
     lengths, widths = sorted(best["seq_len"].unique()), sorted(best["d_model"].unique())
+    lrs = best["lrs_tried"].max()  # a point with fewer finished so far is marked *
     longest = best[best["seq_len"] == lengths[-1]]
     order = longest.groupby("label")["accuracy"].mean().sort_values(ascending=False).index.tolist()
     order += sorted(set(best["label"]) - set(order))
@@ -47,8 +49,9 @@ def mqar_table(frame: pd.DataFrame) -> str:
         mine = best[best["label"] == label]
         cells = []
         for L in lengths:
-            at = mine[mine["seq_len"] == L].set_index("d_model")["accuracy"]
-            cells.append(" / ".join(f"{at[d]:.3f}" if d in at else "–" for d in widths))
+            at = mine[mine["seq_len"] == L].set_index("d_model")
+            cells.append(" / ".join(f"{at.at[d, 'accuracy']:.3f}" + ("*" if at.at[d, "lrs_tried"] < lrs else "")
+                                    if d in at.index else "–" for d in widths))
         state = mine[mine["seq_len"] == lengths[-1]].set_index("d_model")["state_size"]
         cells.append(" / ".join(f"{int(state[d]):,}" if d in state else "–" for d in widths))
         lines.append([label, *cells])

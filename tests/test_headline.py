@@ -16,7 +16,7 @@ def test_mqar_table_keeps_the_best_lr_and_ranks_by_the_longest_length():
     rows.append({**_mqar("b", 128, 32, 1e-2, 1.0, 7), "run_status": "failed"})  # not a result
     lines = mqar_table(pd.DataFrame(rows)).splitlines()
     assert lines[0] == "| mixer | L = 64, 4 pairs | L = 128, 8 pairs | state floats at L = 128 |"
-    assert lines[2:] == ["| b | 0.500 | 0.600 | 7 |", "| a | 0.900 | 0.100 | 200 |"]
+    assert lines[2:] == ["| b | 0.500* | 0.600* | 7 |", "| a | 0.900 | 0.100* | 200 |"]  # *: 1 of 2 lrs
 
 
 def test_lm_table_gives_the_gap_with_its_interval():
