@@ -11,15 +11,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from .report import markdown_table
 from .stats import best_over_lr, gap_interval
 
 REFERENCE = Path(__file__).resolve().parent / "reference"
 PUBLISHED = Path(__file__).resolve().parent / "published.csv"
-
-
-def _rows(lines: list[list[str]], header: list[str], align: list[str]) -> str:
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
-    return "\n".join(out + ["| " + " | ".join(row) + " |" for row in lines])
 
 
 def _pct(x: float) -> str:
@@ -57,7 +53,7 @@ def mqar_table(frame: pd.DataFrame) -> str:
         lines.append([label, *cells])
     kv = best.groupby("seq_len")["num_kv_pairs"].first().astype(int)
     header = ["mixer", *(f"L = {int(L)}, {kv[L]} pairs" for L in lengths), f"state floats at L = {lengths[-1]}"]
-    return _rows(lines, header, ["---"] + ["---:"] * (len(header) - 1))
+    return markdown_table(header, lines, ["---"] + ["---:"] * (len(header) - 1))
 
 
 def lm_table(frame: pd.DataFrame) -> str:
@@ -80,7 +76,7 @@ def lm_table(frame: pd.DataFrame) -> str:
                       gap])
     header = ["model", "params w/o embeddings", "training FLOPs / token", "epochs", "seeds",
               "best val ppl", "test ppl", "val ppl vs attention [95 % CI]"]
-    return _rows(lines, header, ["---"] + ["---:"] * (len(header) - 1))
+    return markdown_table(header, lines, ["---"] + ["---:"] * (len(header) - 1))
 
 
 def published_gaps(published: pd.DataFrame, settings=("6L/128", "6L/256"), split: str = "validation") -> str:
@@ -95,7 +91,7 @@ def published_gaps(published: pd.DataFrame, settings=("6L/128", "6L/256"), split
                 a, g = float(by["attention"]), float(by["grassmann"])
                 lines.append([source, setting, f"{a:g}", f"{g:g}", _pct(g / a - 1)])
     header = ["source", "layers/L", f"attention {split} ppl", f"Grassmann {split} ppl", "gap"]
-    return _rows(lines, header, ["---", "---", "---:", "---:", "---:"])
+    return markdown_table(header, lines, ["---", "---", "---:", "---:", "---:"])
 
 
 def status_line(records: list[dict], planned: int) -> str:

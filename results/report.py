@@ -48,8 +48,9 @@ def _stat(values: pd.Series) -> str:
     return f"{_fmt(float(v.mean()))} ± {_fmt(float(v.std()))} (n={len(v)})"
 
 
-def _table(header: list[str], rows: list[list]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+def markdown_table(header: list[str], rows: list[list], align: list[str] | None = None) -> str:
+    """A Markdown table; ``align`` gives each column's rule ("---", "---:"), default left."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align or ["---"] * len(header)) + "|"]
     lines += ["| " + " | ".join(str(c).replace("|", "/") for c in row) + " |" for row in rows]
     return "\n".join(lines)
 
@@ -87,7 +88,7 @@ def mqar_section(ok: pd.DataFrame) -> str:
     header += ["best lr", "lrs tried"] if has_lr else []
     return ("## mqar\n\nState size: floats of inference state. Accuracy: per seed the best over the "
             "learning rates tried (finished runs), then mean ± sd over seeds.\n\n"
-            + _table([*header, "seeds"], body))
+            + markdown_table([*header, "seeds"], body))
 
 
 def mad_section(ok: pd.DataFrame) -> str:
@@ -98,7 +99,7 @@ def mad_section(ok: pd.DataFrame) -> str:
             for label, row in table.iterrows()]
     return ("## mad\n\nMAD score: per setting the best test accuracy over the learning-rate x weight-decay "
             "sweep (mean over seeds), averaged over the settings run; per task, the same average over that "
-            "task's settings.\n\n" + _table(["label", "MAD score", *tasks, "settings"], body))
+            "task's settings.\n\n" + markdown_table(["label", "MAD score", *tasks, "settings"], body))
 
 
 def scaling_section(rows: pd.DataFrame) -> str:
@@ -119,7 +120,7 @@ def scaling_section(rows: pd.DataFrame) -> str:
                 good = at[at["status"] == "ok"]
                 cells.append(_stat(good[metric]) if not good.empty else (at["status"].iloc[0] if len(at) else "–"))
             body.append([*(key if isinstance(key, tuple) else (key,)), *cells])
-        parts.append(f"{title}, mean ± sd over seeds\n\n" + _table([*keys, *(f"L={L}" for L in lengths)], body))
+        parts.append(f"{title}, mean ± sd over seeds\n\n" + markdown_table([*keys, *(f"L={L}" for L in lengths)], body))
     return "\n\n".join(parts)
 
 
@@ -146,7 +147,7 @@ def task_section(rows: pd.DataFrame, task: str) -> str:
     extra = [f"{metrics[-1]} vs attention"] if gap else []
     header = [*keys, *(COUNTS[c] for c in counts), *metrics, *extra, "seeds"]
     caption = "Mean ± sd over seeds." + (" " + GAP_CAPTION.format(metric=metrics[-1]) if gap else "")
-    return f"## {task}\n\n{caption}\n\n" + _table(header, body)
+    return f"## {task}\n\n{caption}\n\n" + markdown_table(header, body)
 
 
 def _gap_to_attention(ok: pd.DataFrame, metric: str):
@@ -210,7 +211,7 @@ def published_section(df: pd.DataFrame, published: pd.DataFrame) -> str:
         return "## Beside the published numbers\n\nNo published row matches these runs."
     header = ["task", "setting", "published model", "params", "metric", "published", "ours", "params",
               "ours (mean ± sd)", "ours − published"]
-    return "## Beside the published numbers\n\n" + _table(header, lines)
+    return "## Beside the published numbers\n\n" + markdown_table(header, lines)
 
 
 def report_markdown(df: pd.DataFrame, published: pd.DataFrame | None = None, title: str = "") -> str:
@@ -225,7 +226,7 @@ def report_markdown(df: pd.DataFrame, published: pd.DataFrame | None = None, tit
     if not bad.empty:
         rows = [[r.run_id, r.label, r.run_status, (str(r.error or "").strip().splitlines() or [""])[-1][:120]]
                 for r in bad.itertuples()] if "error" in bad else []
-        parts.append("## Runs that did not finish ok\n\n" + _table(["run", "label", "status", "error"], rows))
+        parts.append("## Runs that did not finish ok\n\n" + markdown_table(["run", "label", "status", "error"], rows))
     for task in sorted(df["task"].dropna().unique()):
         parts.append(task_section(df[df["task"] == task], task))
     if published is not None and not published.empty:

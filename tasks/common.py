@@ -42,6 +42,23 @@ def labelled_lm_loss(model, batch) -> torch.Tensor:
     return F.cross_entropy(labelled_logits(model, inputs, keep), targets[keep])
 
 
+@torch.no_grad()
+def labelled_accuracy(model, inputs: torch.Tensor, targets: torch.Tensor, batch_size: int) -> dict:
+    """Accuracy and mean loss over the labelled positions (targets not -100), pooled over
+    the whole split: Zoology's and MAD's test metric."""
+    device = next(model.parameters()).device
+    correct = total = 0
+    loss_sum = 0.0
+    for s in range(0, len(inputs), batch_size):
+        x, y = inputs[s:s + batch_size].to(device), targets[s:s + batch_size].to(device)
+        keep = y != -100
+        picked = labelled_logits(model, x, keep)  # (N, V)
+        correct += (picked.argmax(-1) == y[keep]).sum().item()
+        total += keep.sum().item()
+        loss_sum += F.cross_entropy(picked, y[keep], reduction="sum").item()
+    return {"accuracy": correct / total, "test_loss": loss_sum / total}
+
+
 def epoch_indices(n: int, batch_size: int, seed: int):
     """``indices(step)``: the example indices of batch ``step`` in an endless run of
     epochs over ``n`` examples, each epoch a fresh permutation seeded by (seed, epoch).

@@ -80,6 +80,20 @@ def cached(path: Path, build):
     return torch.load(path, weights_only=False)
 
 
+def cached_examples(cache_dir: str | None, task: str, split: str, key: dict, make) -> tuple:
+    """A generated split's (inputs, targets), made by ``make()`` once and cached under
+    ``cache_root/task/`` by a hash of ``key`` (everything the data depends on); int32 on
+    disk halves the file, and the key rides along so a cached file explains itself."""
+    path = cache_root(cache_dir) / task / f"{task}-{split}-{fingerprint(key)}.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def build() -> dict:
+        inputs, targets = make()
+        return {"inputs": inputs.int(), "targets": targets.int(), "key": key}
+    data = cached(path, build)
+    return data["inputs"].long(), data["targets"].long()
+
+
 def hub_split(name: str, config: str | None, split: str):
     datasets = need("datasets", "loading from the Hugging Face hub")
     try:

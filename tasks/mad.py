@@ -27,9 +27,9 @@ import zoo
 from zoo.config import StrictConfig, check_bounds, check_choice
 from zoo.model import ModelConfig
 
-from .common import (checkpoint_path, epoch_indices, labelled_lm_loss, labelled_logits, model_metadata,
+from .common import (checkpoint_path, epoch_indices, labelled_accuracy, labelled_lm_loss, model_metadata,
                      refuse_non_causal, run_fields)
-from .data import cache_root, cached, fingerprint
+from .data import cached_examples
 from .mad_data import BASELINES, GENERATOR_VERSION, IGNORE, check, generate
 from .train import TrainConfig, train
 
@@ -78,14 +78,8 @@ def load_split(cfg: MADConfig, split: str) -> tuple[torch.Tensor, torch.Tensor]:
     """The split's (inputs, targets), generated once and cached under a hash of its key."""
     key = {"version": GENERATOR_VERSION, "task": cfg.task, "setting": cfg.full_setting, "split": split,
            "seed": cfg.seed}
-    path = cache_root(cfg.cache_dir) / "mad" / f"{cfg.task}-{split}-{fingerprint(key)}.pt"
-    path.parent.mkdir(parents=True, exist_ok=True)
-
-    def build() -> dict:
-        x, y = generate(cfg.task, cfg.full_setting, split, cfg.seed)
-        return {"inputs": x.int(), "targets": y.int(), "key": key}
-    data = cached(path, build)
-    return data["inputs"].long(), data["targets"].long()
+    return cached_examples(cfg.cache_dir, "mad", split, key,
+                           lambda: generate(cfg.task, cfg.full_setting, split, cfg.seed))
 
 
 class Compressor(nn.Module):
@@ -109,19 +103,6 @@ class Compressor(nn.Module):
         return self.unembed(self.decoder(code[:, None] + self.positions[:L]))
 
 
-@torch.no_grad()
-def accuracy(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, batch_size: int) -> dict:
-    """MAD's test accuracy: correct predictions over every scored position of the split."""
-    device = next(model.parameters()).device
-    correct = total = 0
-    for s in range(0, len(inputs), batch_size):
-        x, y = inputs[s:s + batch_size].to(device), targets[s:s + batch_size].to(device)
-        keep = y != IGNORE
-        correct += (labelled_logits(model, x, keep).argmax(-1) == y[keep]).sum().item()
-        total += keep.sum().item()
-    return {"accuracy": correct / max(total, 1)}
-
-
 def compression_loss(model: nn.Module, batch) -> torch.Tensor:
     inputs, targets = batch
     return F.cross_entropy(model(inputs).flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE)
@@ -143,7 +124,7 @@ def run(cfg: MADConfig, workdir: Path | None = None, progress: bool = True) -> d
 
     res = train(model, cfg.train, batch_fn,
                 compression_loss if compress else labelled_lm_loss,
-                eval_fn=lambda m: accuracy(m, test_x, test_y, cfg.eval_batch_size), metric="accuracy",
+                eval_fn=lambda m: labelled_accuracy(m, test_x, test_y, cfg.eval_batch_size), metric="accuracy",
                 higher_is_better=True, checkpoint=checkpoint_path(workdir), progress=progress,
                 tokens_per_step=cfg.train.batch_size * setting["seq_len"], desc=f"mad {cfg.task} {lm.cfg.name}")
     steps_per_epoch = math.ceil(len(train_x) / cfg.train.batch_size)

@@ -24,15 +24,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 import zoo
 from zoo.config import StrictConfig, check_bounds
 from zoo.model import ModelConfig
 
-from .common import (checkpoint_path, epoch_indices, labelled_lm_loss, labelled_logits, model_metadata,
+from .common import (checkpoint_path, epoch_indices, labelled_accuracy, labelled_lm_loss, model_metadata,
                      refuse_non_causal, run_fields)
-from .data import cache_root, cached, fingerprint
+from .data import cached_examples
 from .mqar_data import GENERATOR_VERSION, check_mqar, mqar_examples
 from .train import TrainConfig, train
 
@@ -78,32 +77,8 @@ class MQARConfig(StrictConfig):
 def load_split(cfg: MQARConfig, split: str) -> tuple[torch.Tensor, torch.Tensor]:
     """The split's (inputs, labels), generated once and cached under a hash of its key."""
     key = cfg.data_key(split)
-    path = cache_root(cfg.cache_dir) / "mqar" / f"mqar-{split}-{fingerprint(key)}.pt"
-    path.parent.mkdir(parents=True, exist_ok=True)
-
-    def generate() -> dict:
-        inputs, labels = mqar_examples(**{k: v for k, v in key.items() if k != "version"})
-        # int32 halves the file; the key rides along so a cached file explains itself
-        return {"inputs": inputs.int(), "labels": labels.int(), "key": key}
-    data = cached(path, generate)
-    return data["inputs"].long(), data["labels"].long()
-
-
-@torch.no_grad()
-def evaluate(model, inputs: torch.Tensor, labels: torch.Tensor, batch_size: int) -> dict:
-    """Accuracy over query positions (Zoology's ``valid/accuracy``: correct / labelled
-    positions, pooled over the whole test set) and the loss there."""
-    device = next(model.parameters()).device
-    correct = total = 0
-    loss_sum = 0.0
-    for s in range(0, len(inputs), batch_size):
-        x, y = inputs[s:s + batch_size].to(device), labels[s:s + batch_size].to(device)
-        mask = y != -100
-        picked = labelled_logits(model, x, mask)  # (queries, V)
-        correct += (picked.argmax(-1) == y[mask]).sum().item()
-        total += mask.sum().item()
-        loss_sum += F.cross_entropy(picked, y[mask], reduction="sum").item()
-    return {"accuracy": correct / total, "test_loss": loss_sum / total}
+    return cached_examples(cfg.cache_dir, "mqar", split, key,
+                           lambda: mqar_examples(**{k: v for k, v in key.items() if k != "version"}))
 
 
 def run(cfg: MQARConfig, workdir: Path | None = None, progress: bool = True) -> dict:
@@ -119,7 +94,7 @@ def run(cfg: MQARConfig, workdir: Path | None = None, progress: bool = True) -> 
         return train_x[idx], train_y[idx]
 
     res = train(model, cfg.train, batch_fn, labelled_lm_loss,
-                eval_fn=lambda m: evaluate(m, test_x, test_y, cfg.eval_batch_size),
+                eval_fn=lambda m: labelled_accuracy(m, test_x, test_y, cfg.eval_batch_size),
                 metric="accuracy", higher_is_better=True, checkpoint=checkpoint_path(workdir), progress=progress,
                 tokens_per_step=cfg.train.batch_size * cfg.seq_len,
                 desc=f"mqar {cfg.model.mixer} L={cfg.seq_len} kv={cfg.num_kv_pairs}")

@@ -7,7 +7,8 @@ import torch
 
 import zoo
 from tasks import TASKS
-from tasks.mad import Compressor, MADConfig, accuracy, load_split, model_config, run
+from tasks.common import labelled_accuracy
+from tasks.mad import Compressor, MADConfig, load_split, model_config, run
 from tasks.mad_data import IGNORE
 
 
@@ -58,7 +59,7 @@ def test_accuracy_counts_scored_positions_only():
     y = torch.full_like(x, IGNORE)
     y[:, 1] = x[:, 1]  # right
     y[:, 3] = (x[:, 3] + 1) % 10  # wrong
-    assert accuracy(Echo(), x, y, batch_size=3)["accuracy"] == 0.5
+    assert labelled_accuracy(Echo(), x, y, batch_size=3)["accuracy"] == 0.5
 
 
 def test_compression_decodes_every_position_from_the_last_state():

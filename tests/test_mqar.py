@@ -6,14 +6,13 @@ import json
 import numpy as np
 import pytest
 import torch
-
-import zoo
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import zoo
 from tasks import TASKS
-from tasks.mqar import (CPU_GRID, LOCAL_GRID, ZOOLOGY_FIG2_GRID, MQARConfig, evaluate,
-                        grid_configs, load_split, run)
+from tasks.common import labelled_accuracy
+from tasks.mqar import CPU_GRID, LOCAL_GRID, ZOOLOGY_FIG2_GRID, MQARConfig, grid_configs, load_split, run
 from tasks.mqar_data import mqar_examples
 
 
@@ -165,20 +164,20 @@ class _Solver(torch.nn.Module):
 
 def test_accuracy_counts_query_positions_only():
     x, y = mqar_examples(30, 32, 4, 100, seed=0)
-    assert evaluate(_Solver(4, 100), x, y, batch_size=7)["accuracy"] == 1.0
-    assert evaluate(_Solver(4, 100, shift=1), x, y, batch_size=7)["accuracy"] == 0.0
+    assert labelled_accuracy(_Solver(4, 100), x, y, batch_size=7)["accuracy"] == 1.0
+    assert labelled_accuracy(_Solver(4, 100, shift=1), x, y, batch_size=7)["accuracy"] == 0.0
     half = y.clone()
     half[:15] = torch.where(half[:15] >= 0, 0, half[:15])  # 0 is never a value
-    assert evaluate(_Solver(4, 100), x, half, batch_size=7)["accuracy"] == 0.5
+    assert labelled_accuracy(_Solver(4, 100), x, half, batch_size=7)["accuracy"] == 0.5
 
 
 def test_an_lm_is_scored_from_the_query_logits_alone():
-    """evaluate applies a zoo LM's head at the query positions only: the same accuracy
+    """labelled_accuracy applies a zoo LM's head at the query positions only: the same accuracy
     and loss as from the whole (B, L, V) logits."""
     x, y = mqar_examples(12, 32, 4, 100, seed=0)
     model = zoo.build_model(zoo.ModelConfig(vocab_size=100, d_model=16, n_layers=2, max_len=32), seed=0)
     whole = torch.nn.Sequential(model)  # not a zoo.LM: called whole
-    fast, slow = evaluate(model, x, y, batch_size=5), evaluate(whole, x, y, batch_size=5)
+    fast, slow = labelled_accuracy(model, x, y, batch_size=5), labelled_accuracy(whole, x, y, batch_size=5)
     assert fast["accuracy"] == slow["accuracy"]
     assert abs(fast["test_loss"] - slow["test_loss"]) < 1e-5
 
