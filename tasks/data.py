@@ -211,7 +211,11 @@ def hub_wordpiece(name: str = "bert-base-uncased") -> Subword:
 
 def trained_wordpiece(texts: list[str], vocab_size: int, cache_dir: str | None, about: str) -> Subword:
     """A BERT-style uncased WordPiece trained on ``texts`` (the training split), cached
-    by content so every run on the same text gets the same ids."""
+    by content so every run on the same text gets the same ids. The training itself is
+    not reproducible across processes (huggingface/tokenizers#1794: ``##`` pieces get
+    ids in hash-map order, which breaks merge ties), so the name carries the file's
+    digest: two records with the same digest used the same vocabulary, and copying the
+    cached file is how another machine gets it."""
     tk = need("tokenizers", "training a WordPiece tokenizer")
     path = cache_root(cache_dir) / f"wordpiece-{vocab_size}-{fingerprint(texts)}.json"
 
@@ -225,7 +229,9 @@ def trained_wordpiece(texts: list[str], vocab_size: int, cache_dir: str | None, 
         tok.save(str(tmp))
     build_once(path, train)
     # every run, the one that trained it included, uses the file: one tokenizer per cache entry
-    return Subword(tk.Tokenizer.from_file(str(path)), f"wordpiece trained on {about} (target vocab {vocab_size})")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    return Subword(tk.Tokenizer.from_file(str(path)),
+                   f"wordpiece trained on {about} (target vocab {vocab_size}, file sha256 {digest})")
 
 
 def make_tokenizer(kind: str, train_texts: list[str], cache_dir: str | None, vocab_size: int,

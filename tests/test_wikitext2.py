@@ -4,6 +4,7 @@ refusal of a non-causal model."""
 import json
 import math
 import os
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -95,15 +96,20 @@ def tiny_config(**fields) -> WikiText2Config:
 def test_a_short_offline_subword_run_beats_the_unigram_baseline(cache):
     pytest.importorskip("tokenizers")
     # The raw variant offline: a WordPiece trained on the word-level train split, raw valid/test.
+    # Each process trains a different WordPiece (huggingface/tokenizers#1794), and at
+    # 120 steps and lr 2e-2 that alone moved the ratio to unigram from 0.87 to 1.00; at
+    # 240 steps and lr 1e-2 it stayed within 0.61-0.66 over four processes.
     cfg = tiny_config(variant="raw", tokenizer="wordpiece", wordpiece_vocab=1000, cache_dir=cache,
-                      budget_tokens=120 * 16 * 32, eval_every_tokens=60 * 16 * 32, eval_tokens=4096)
+                      budget_tokens=240 * 16 * 32, eval_every_tokens=120 * 16 * 32, eval_tokens=4096)
+    cfg = cfg.replace(train=cfg.train.replace(lr=1e-2))
     rec = run(cfg, progress=False)
-    assert rec["status"] == "ok" and rec["steps"] == 120 and rec["tokens_seen"] == 120 * 16 * 32
+    assert rec["status"] == "ok" and rec["steps"] == 240 and rec["tokens_seen"] == 240 * 16 * 32
     assert "raw train split is not available offline" in rec["data_source"]
     assert rec["tokenizer"].startswith("wordpiece trained on the word-level train split")
+    assert re.search(r"file sha256 [0-9a-f]{12}\)$", rec["tokenizer"]), rec["tokenizer"]
     assert rec["vocab_size"] <= 1000 and rec["setting"] == "1L/32"
     assert len(rec["val_ppl_history"]) == 2 and rec["best_val_ppl"] == min(rec["val_ppl_history"])
-    assert rec["best_val_ppl"] < 0.97 * rec["unigram_val_ppl"], rec
+    assert rec["best_val_ppl"] < 0.85 * rec["unigram_val_ppl"], rec
     assert math.isfinite(rec["test_ppl"]) and rec["val_tokens_scored"] == 4096
     json.dumps(rec)  # the record is plain JSON
 
