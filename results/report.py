@@ -94,12 +94,13 @@ def mqar_section(ok: pd.DataFrame) -> str:
 def mad_section(ok: pd.DataFrame) -> str:
     """MAD's score per model beside its mean per task (``stats.mad_scores``)."""
     table = mad_scores(ok)
-    tasks = [c for c in table.columns if c not in ("MAD score", "settings")]
-    body = [[label, _fmt(row["MAD score"]), *(_fmt(row[t]) for t in tasks), int(row["settings"])]
-            for label, row in table.iterrows()]
+    tasks = [c for c in table.columns if c not in ("MAD score", "task mean", "settings")]
+    body = [[label, _fmt(row["MAD score"]), _fmt(row["task mean"]), *(_fmt(row[t]) for t in tasks),
+             int(row["settings"])] for label, row in table.iterrows()]
     return ("## mad\n\nMAD score: per setting the best test accuracy over the learning-rate x weight-decay "
             "sweep (mean over seeds), averaged over the settings run; per task, the same average over that "
-            "task's settings.\n\n" + markdown_table(["label", "MAD score", *tasks, "settings"], body))
+            "task's settings; task mean: the mean of the task columns (the published tables' Average).\n\n"
+            + markdown_table(["label", "MAD score", "task mean", *tasks, "settings"], body))
 
 
 def scaling_section(rows: pd.DataFrame) -> str:

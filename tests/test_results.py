@@ -337,8 +337,9 @@ def test_mad_score_is_the_mean_of_best_of_sweep_accuracies():
     table = mad_scores(rows)
     assert table.loc["a", "MAD score"] == pytest.approx((0.8 + 0.4 + 0.9) / 3)  # best of the sweep per setting
     assert table.loc["a", "copy"] == pytest.approx(0.6) and table.loc["a", "settings"] == 3
+    assert table.loc["a", "task mean"] == pytest.approx((0.6 + 0.9) / 2)  # each task weighs the same
     assert list(table.index) == ["a", "b"]
-    assert "| a | 0.7 | 0.6 | 0.9 | 3 |" in report_markdown(rows.assign(run_id=range(5)))
+    assert "| a | 0.7 | 0.75 | 0.6 | 0.9 | 3 |" in report_markdown(rows.assign(run_id=range(5)))
 
 
 def test_mad_figure_shows_each_task_and_the_score(tmp_path, monkeypatch):
@@ -354,5 +355,6 @@ def test_mad_figure_shows_each_task_and_the_score(tmp_path, monkeypatch):
     plots.plot_mad(rows, tmp_path)
     bars = drawn["mad_accuracy_by_task.png"].axes[0].patches
     heights = sorted(round(b.get_height(), 6) for b in bars if b.get_height() > 0)
-    assert heights == [0.2, 0.3, 0.4, 0.5, 0.7, 0.9]  # best of the sweep per task, and the two scores
+    # best of the sweep per task, then each model's MAD score and task mean (equal here: one setting per task)
+    assert heights == [0.2, 0.3, 0.3, 0.4, 0.5, 0.7, 0.7, 0.9]
     assert plots.plot_mad(rows.assign(task="mqar"), tmp_path) is None  # no MAD runs: no figure
