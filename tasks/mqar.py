@@ -128,12 +128,14 @@ ZOO_CONVENTIONS = {
 }
 
 
-def zoo_positions(mixer: str) -> str:
+def zoo_positions(mixer: str, options: dict | None = None) -> str:
     """Zoology's rule: learned positions for the mixers that are blind to token order
-    without them (softmax attention and its local form), none for the others. Asked of
-    the mixer (``Mixer.needs_positions``), so a new mixer needs no entry here."""
+    without them (softmax attention and its local form), none for the others, nor for
+    attention with rotary positions. Asked of the mixer (``Mixer.needs_positions``), so
+    a new mixer needs no entry here."""
     cls = zoo.MIXERS.get(mixer)  # an unknown name is refused by ModelConfig, with the valid ones
-    return "learned" if cls is not None and cls.needs_positions else "none"
+    own = cls is not None and cls.needs_positions and not (options or {}).get("rotary")
+    return "learned" if own else "none"
 
 
 # Runs on CPU in minutes: ~1 min per (mixer, point, lr) on one core.
@@ -198,7 +200,7 @@ def grid_configs(grid: dict, mixer: str, mixer_options: dict | None = None, seed
     are ModelConfig fields (e.g. ``hybrid``); ``overrides`` replace top-level
     MQARConfig fields (e.g. ``cache_dir``)."""
     options = {**grid["mixer_options"].get(mixer, {}), **(mixer_options or {})}
-    positions = zoo_positions(mixer)
+    positions = zoo_positions(mixer, options)
     n_layers = grid.get("mixer_n_layers", {}).get(mixer, grid["n_layers"])
     out = []
     for point in grid["points"]:

@@ -138,3 +138,42 @@ def test_hybrid_config_names_the_bad_field():
         small_model("gla", hybrid={"mixer": "attn", "every": 2})
     with pytest.raises(ValueError, match="unknown option\\(s\\) \\['window'\\] for mixer 'attention'"):
         small_model("gla", hybrid={"mixer": "attention", "every": 2, "options": {"window": 3}})
+
+
+def test_rotary_scores_depend_on_offsets_only():
+    """Rotary q.k is the same for every pair of positions at one offset: shifting both
+    by s changes nothing, and unrotated channels pass through."""
+    from zoo.mixers.attention import rotary
+    torch.manual_seed(0)
+    q, k = torch.randn(2, 40, 3, 16, dtype=torch.float64), torch.randn(2, 40, 3, 16, dtype=torch.float64)
+    q[:, :] = q[:, :1]  # every position holds the same vectors, so only positions differ
+    k[:, :] = k[:, :1]
+    rq, rk = rotary(q, 12), rotary(k, 12)
+    scores = torch.einsum("blhd,bmhd->bhlm", rq, rk)  # (B, H, L, L)
+    for off in (0, 3, 17):
+        diag = scores.diagonal(-off, dim1=-2, dim2=-1)  # every (t, t - off)
+        assert torch.allclose(diag, diag[..., :1].expand_as(diag)), off
+    assert not torch.allclose(scores[..., 5, 5], scores[..., 5, 0])  # offsets do matter
+    assert torch.equal(rq[..., 12:], q[..., 12:]) and torch.equal(rotary(q, 0), q)
+    assert torch.allclose(rq.norm(dim=-1), q.norm(dim=-1))  # a rotation
+
+
+@pytest.mark.parametrize("name", ["attention", "sliding_window"])
+def test_rotary_attention_is_causal_and_every_backend_agrees(name):
+    zoo.assert_causal(zoo.build_model(small_model(name, positions="none", mixer_options={"rotary": 8}), seed=0))
+    mixer = zoo.MIXERS[name](D, rotary=8)
+    zoo.check_mixer_causal(mixer)
+    x = torch.randn(2, 37, D)
+    outs = {}
+    for backend in ("math", "sdpa"):
+        mixer.requested_backend = backend
+        outs[backend] = mixer(x)
+    torch.testing.assert_close(outs["sdpa"], outs["math"], atol=1e-5, rtol=1e-5)
+    plain = zoo.MIXERS[name](D)
+    plain.load_state_dict(mixer.state_dict())  # the same weights: only the rotation differs
+    assert not torch.allclose(plain(x), outs["sdpa"], atol=1e-3)
+
+
+def test_rotary_option_names_the_valid_range():
+    with pytest.raises(ValueError, match="rotary=7 must be an even number of channels from 0 to the head dim 16"):
+        zoo.MIXERS["attention"](D, rotary=7)

@@ -168,7 +168,9 @@ def test_presets_read_the_mixer_not_a_list():
     assert paper_model_config(TOY, "tiny").mixer_options == {"n_heads": 4}
     # MQAR (Zoology): positions for the mixers blind to order without them; the toy is not
     assert zoo_positions(TOY) == "none" and zoo_positions("attention") == "learned"
+    assert zoo_positions("attention", {"rotary": 8}) == "none"  # rotary attention brings its own
     assert grid_configs(LOCAL_GRID, TOY)[0].model.positions == "none"
+    assert grid_configs(LOCAL_GRID, "attention", {"rotary": 8})[0].model.positions == "none"
 
 
 SWEEP = '''"""A sweep of the toy mixer, written by tests/test_toy_mixer.py."""

@@ -33,6 +33,23 @@ def attention_ref(q, k, v, window: int | None = None):
     return torch.softmax(scores.to(torch.promote_types(scores.dtype, torch.float32)), dim=-1).to(v.dtype) @ v
 
 
+def rotary(x: torch.Tensor, dims: int, base: float = 10_000.0) -> torch.Tensor:
+    """Rotary position embedding (Su et al. 2021) on the first ``dims`` channels of each
+    head, rotated as two halves (GPT-NeoX's layout): channel i pairs with i + dims/2 and
+    turns by angle t * base^(-2i/dims) at position t. q.k of rotated vectors depends on
+    the positions only through their offset, which is what lets one head find "the token
+    after the last occurrence of mine" at any distance. x: (B, L, H, Dh) -> same."""
+    if dims == 0:
+        return x
+    L, half = x.shape[1], dims // 2
+    freq = base ** (-torch.arange(half, device=x.device, dtype=torch.float32) / half)  # (dims/2,)
+    angle = torch.arange(L, device=x.device, dtype=torch.float32)[:, None] * freq  # (L, dims/2)
+    cos, sin = angle.cos()[:, None], angle.sin()[:, None]  # (L, 1, dims/2): broadcast over heads
+    a, b, rest = x[..., :half].float(), x[..., half:dims].float(), x[..., dims:]
+    turned = torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1).to(x.dtype)
+    return torch.cat([turned, rest], dim=-1)
+
+
 def _causal_mask(L: int, window: int | None, device) -> torch.Tensor:
     i = torch.arange(L, device=device)
     keep = i[None, :] <= i[:, None]  # (L, L): key s <= query t
@@ -76,17 +93,25 @@ def local_attention(q, k, v, window: int):
 
 class Attention(Mixer):
     """Causal multi-head self-attention: qkv projection, softmax attention, output
-    projection. 4 (d^2 + d) parameters, as in the paper's TransformerLM."""
+    projection. 4 (d^2 + d) parameters, as in the paper's TransformerLM. ``rotary``:
+    how many channels of each head take rotary positions (0: none, the paper's model,
+    which adds learned positions instead; MAD's attention rotates its whole head)."""
 
     name = "attention"
     fast_path = "flash_attn (CUDA, fp16/bf16); else torch SDPA"
     needs_positions = True  # order-blind without positions, apart from the causal mask
     bwd_ratio = 2.5  # FlashAttention's convention: its backward recomputes the scores
 
-    def __init__(self, d_model: int, n_heads: int = 4, backend: str = "auto", bias: bool = True):
+    def __init__(self, d_model: int, n_heads: int = 4, backend: str = "auto", bias: bool = True,
+                 rotary: int = 0):
         super().__init__()
         check_divisible(self.name, d_model, n_heads)
         check_choice(self.name, "backend", backend, BACKENDS)
+        head_dim = d_model // n_heads
+        if not (isinstance(rotary, int) and 0 <= rotary <= head_dim and rotary % 2 == 0):
+            raise ValueError(f"{self.name}: rotary={rotary!r} must be an even number of channels "
+                             f"from 0 to the head dim {head_dim}")
+        self.rotary = rotary
         if backend == "flash_attn" and FLASH_ATTN.fn is None:
             raise ValueError(f"{self.name}: backend='flash_attn' cannot run: {FLASH_ATTN.why_not}")
         self.d_model, self.n_heads, self.requested_backend = d_model, n_heads, backend
@@ -120,6 +145,7 @@ class Attention(Mixer):
         B, L, D = x.shape
         H = self.n_heads
         q, k, v = self.qkv(x).view(B, L, 3, H, D // H).unbind(2)  # each (B, L, H, Dh)
+        q, k = rotary(q, self.rotary), rotary(k, self.rotary)  # every backend sees the rotated q, k
         backend = self.backend = self.choose_backend(q.device.type, q.dtype, q.device)
         if backend == "flash_attn":
             # documented: (B, L, H, Dh), causal, window_size=(left, right) keys around t
@@ -157,8 +183,8 @@ class SlidingWindowAttention(Attention):
     fast_path = "flash_attn window_size (CUDA, fp16/bf16); else SDPA over blocks (linear in L)"
 
     def __init__(self, d_model: int, n_heads: int = 4, window: int = 16, backend: str = "auto",
-                 bias: bool = True):
-        super().__init__(d_model, n_heads=n_heads, backend=backend, bias=bias)
+                 bias: bool = True, rotary: int = 0):
+        super().__init__(d_model, n_heads=n_heads, backend=backend, bias=bias, rotary=rotary)
         check_positive(self.name, window, "window")
         self.window = window
 
