@@ -68,6 +68,9 @@ def make_run_id(task: str, config: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
+_BUILT: set[str] = set()  # repr of every ModelConfig RunConfig.typed has built once
+
+
 @dataclass
 class RunConfig:
     """One run of a sweep: a task from ``tasks.TASKS`` and its config (the typed config,
@@ -94,10 +97,12 @@ class RunConfig:
         elif not isinstance(cfg, cls):
             raise ValueError(f"task {self.task!r} takes a {cls.__name__}, got {type(cfg).__name__}")
         model = getattr(cfg, "model", None)
-        if isinstance(model, zoo.ModelConfig):
+        if isinstance(model, zoo.ModelConfig) and repr(model) not in _BUILT:
             # Mixer options are only fully checked when a layer is built (e.g. heads that
-            # do not divide d_model): build on the meta device, which costs no memory.
+            # do not divide d_model): build on the meta device, which costs no memory, and
+            # once per model, since a sweep repeats a few models over many runs.
             zoo.config_params(model)
+            _BUILT.add(repr(model))
         return dataclasses.replace(self, config=cfg)
 
     @property

@@ -182,3 +182,13 @@ def write_csv(rows: list[dict], path: Path) -> None:
         writer.writeheader()
         writer.writerows(rows)
     print(f"wrote {len(rows)} rows to {path}")
+
+
+def zoo_positions(mixer: str, options: dict | None = None) -> str:
+    """Zoology's rule: learned positions for the mixers that are blind to token order
+    without them (softmax attention and its local form), none for the others, nor for
+    attention with rotary positions. Asked of the mixer (``Mixer.needs_positions``), so
+    a new mixer needs no entry here."""
+    cls = zoo.MIXERS.get(mixer)  # an unknown name is refused by ModelConfig, with the valid ones
+    own = cls is not None and cls.needs_positions and not (options or {}).get("rotary")
+    return "learned" if own else "none"

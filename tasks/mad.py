@@ -28,7 +28,7 @@ from zoo.config import StrictConfig, check_bounds, check_choice
 from zoo.model import ModelConfig
 
 from .common import (checkpoint_path, epoch_indices, labelled_accuracy, labelled_lm_loss, model_metadata,
-                     refuse_non_causal, run_fields)
+                     refuse_non_causal, run_fields, zoo_positions)
 from .data import cached_examples
 from .mad_data import BASELINES, GENERATOR_VERSION, IGNORE, check, generate
 from .train import TrainConfig, train
@@ -67,6 +67,50 @@ class MADConfig(StrictConfig):
     @property
     def full_setting(self) -> dict:
         return {**BASELINES[self.task]["baseline"], **self.setting}
+
+
+# MAD's protocol (mad-lab's README and mad/configs.py): every setting at learning rates
+# {1e-4, 5e-4, 1e-3} x weight decays {0, 0.1}, 200 epochs of batch 128, AdamW with a cosine
+# to 1e-6 of the peak; the best of the six per setting is the setting's score.
+MAD_LRS = (1e-4, 5e-4, 1e-3)
+MAD_WEIGHT_DECAYS = (0.0, 0.1)
+MAD_EPOCHS = 200
+# MAD's layers (configs/layers/*.yml) in the zoo's options: one head rotating all of it for
+# both attentions (the window 32, as MAD's), Mamba with 4 states, GLA with one head and its
+# low-rank gate, RWKV-6 with heads of 16; positions come from the rotary, none are learned.
+MAD_MIXER_OPTIONS = {
+    "attention": {"n_heads": 1, "rotary": 128},
+    "sliding_window": {"n_heads": 1, "rotary": 128, "window": 32},
+    "mamba": {"d_state": 4, "d_conv": 4, "expand": 2},
+    "gla": {"n_heads": 1, "expand_k": 1, "expand_v": 1, "gate_low_rank_dim": 16, "gate_logit_normalizer": 16},
+    "rwkv6": {"head_size": 16},
+}
+
+
+def sweep_configs(mixer: str, settings: list[tuple[str, dict]], options: dict | None = None,
+                  lrs=MAD_LRS, weight_decays=MAD_WEIGHT_DECAYS, epochs: int = MAD_EPOCHS,
+                  max_steps: int | None = None, batch_size: int = 128, evals: int = 10,
+                  seed: int = 0, **overrides) -> list[MADConfig]:
+    """One MADConfig per (setting, lr, weight decay) for ``mixer`` at MAD's model shape.
+    ``settings``: (task, changes to its baseline) pairs, e.g. from ``mad_data.mad_settings``.
+    Each run trains ``epochs`` epochs of its setting's training set (MAD's step count,
+    which shrinks with the data), cut at ``max_steps`` where a budget demands, and
+    evaluates ``evals`` times; ``options`` override ``MAD_MIXER_OPTIONS``; ``overrides``
+    replace top-level MADConfig fields (e.g. ``cache_dir``)."""
+    opts = {**MAD_MIXER_OPTIONS.get(mixer, {}), **(options or {})}
+    out = []
+    for task, changes in settings:
+        n_train = {**BASELINES[task]["baseline"], **changes}["num_train_examples"]
+        steps = epochs * math.ceil(n_train / batch_size)
+        steps = min(steps, max_steps) if max_steps else steps
+        base = MADConfig(task=task, setting=dict(changes), seed=seed, **overrides)
+        model = base.model.replace(mixer=mixer, mixer_options=opts, positions=zoo_positions(mixer, opts))
+        for lr in lrs:
+            for wd in weight_decays:
+                train = base.train.replace(steps=steps, batch_size=batch_size, lr=lr, weight_decay=wd,
+                                           min_lr_ratio=1e-6 / lr, eval_every=max(1, steps // evals))
+                out.append(base.replace(model=model, train=train))
+    return out
 
 
 def model_config(cfg: MADConfig) -> ModelConfig:

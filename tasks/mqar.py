@@ -30,7 +30,7 @@ from zoo.config import StrictConfig, check_bounds
 from zoo.model import ModelConfig
 
 from .common import (checkpoint_path, epoch_indices, labelled_accuracy, labelled_lm_loss, model_metadata,
-                     refuse_non_causal, run_fields)
+                     refuse_non_causal, run_fields, zoo_positions)
 from .data import cached_examples
 from .mqar_data import GENERATOR_VERSION, check_mqar, mqar_examples
 from .train import TrainConfig, train
@@ -126,16 +126,6 @@ ZOO_CONVENTIONS = {
     "d_ff": 0, "n_layers": 2,
     "mixer_options": {"attention": {"n_heads": 1}, "sliding_window": {"n_heads": 1}},
 }
-
-
-def zoo_positions(mixer: str, options: dict | None = None) -> str:
-    """Zoology's rule: learned positions for the mixers that are blind to token order
-    without them (softmax attention and its local form), none for the others, nor for
-    attention with rotary positions. Asked of the mixer (``Mixer.needs_positions``), so
-    a new mixer needs no entry here."""
-    cls = zoo.MIXERS.get(mixer)  # an unknown name is refused by ModelConfig, with the valid ones
-    own = cls is not None and cls.needs_positions and not (options or {}).get("rotary")
-    return "learned" if own else "none"
 
 
 # Runs on CPU in minutes: ~1 min per (mixer, point, lr) on one core.

@@ -71,3 +71,25 @@ def test_compression_decodes_every_position_from_the_last_state():
     changed = x.clone()
     changed[:, 0] = (x[:, 0] + 1) % 12  # the first token reaches the code through the last state
     assert not torch.allclose(model(changed)[:, 5], out[:, 5])
+
+
+def test_sweep_configs_follow_mads_protocol():
+    """MAD's 3 lr x 2 weight decays per setting, 200 epochs of each setting's own data
+    (so fewer examples mean fewer steps), a cosine to 1e-6, MAD's layer options, and a
+    step cap only where asked."""
+    from tasks.mad import MAD_LRS, MAD_WEIGHT_DECAYS, sweep_configs
+    settings = [("in-context-recall", {}), ("in-context-recall", {"num_train_examples": 800}),
+                ("memorization", {"vocab_size": 512})]
+    cfgs = sweep_configs("attention", settings)
+    assert len(cfgs) == 3 * len(MAD_LRS) * len(MAD_WEIGHT_DECAYS)
+    assert {(c.train.lr, c.train.weight_decay) for c in cfgs[:6]} == {(lr, wd) for lr in MAD_LRS
+                                                                      for wd in MAD_WEIGHT_DECAYS}
+    assert [c.train.steps for c in cfgs[::6]] == [200 * 100, 200 * 7, 200 * 2]  # 12,800, 800, 256 examples
+    assert all(c.train.lr * c.train.min_lr_ratio == pytest.approx(1e-6) for c in cfgs)
+    first = cfgs[0].model
+    assert first.mixer_options == {"n_heads": 1, "rotary": 128} and first.positions == "none"
+    assert cfgs[-1].full_setting["vocab_size"] == 512 and cfgs[-1].task == "memorization"
+    capped = sweep_configs("mamba2", settings[:1], lrs=(1e-3,), weight_decays=(0.0,), max_steps=500,
+                           batch_size=32, options={"d_state": 8})
+    assert [(c.train.steps, c.train.batch_size, c.train.eval_every) for c in capped] == [(500, 32, 50)]
+    assert capped[0].model.mixer_options == {"d_state": 8} and capped[0].model.positions == "none"
