@@ -103,6 +103,22 @@ def mad_section(ok: pd.DataFrame) -> str:
             + markdown_table(["label", "MAD score", "task mean", *tasks, "settings"], body))
 
 
+def mad_published_section(published: pd.DataFrame) -> str:
+    """MAD's published scores (published.csv rows of task "mad", one per model and task,
+    "average" the mean of the six) as one table, to read beside ``mad_section``."""
+    pub = published[published["task"] == "mad"]
+    if pub.empty:
+        return ""
+    values = pd.to_numeric(pub["value"], errors="coerce")
+    table = pub.assign(value=values).pivot_table(index="model", columns="setting", values="value",
+                                                 aggfunc="first", sort=False)
+    tasks = sorted(c for c in table.columns if c != "average")
+    body = [[model, _fmt(row.get("average")), *(_fmt(row[t]) for t in tasks)] for model, row in table.iterrows()]
+    sources = ", ".join(sorted(pub["source"].unique()))
+    return (f"## mad: the published scores\n\n{sources}; the published tables' Average is our task mean.\n\n"
+            + markdown_table(["model", "average", *tasks], body))
+
+
 def scaling_section(rows: pd.DataFrame) -> str:
     """One table per measurement: a row per mixer and pass, a column per length; a
     point that could not be measured shows its status (oom, timeout, skipped)."""
@@ -231,6 +247,8 @@ def report_markdown(df: pd.DataFrame, published: pd.DataFrame | None = None, tit
     for task in sorted(df["task"].dropna().unique()):
         parts.append(task_section(df[df["task"] == task], task))
     if published is not None and not published.empty:
+        if "mad" in set(df["task"]):
+            parts.append(mad_published_section(published))
         parts.append(published_section(df, published))
     return "\n\n".join(parts) + "\n"
 

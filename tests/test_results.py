@@ -16,6 +16,7 @@ from results import plots
 from results.records import load_records, read_record, records_frame, write_record
 from results.report import report_markdown, write_report
 from results.stats import gap_interval, mad_scores, t_quantile
+from sweeps.cli import PUBLISHED as PUBLISHED_CSV
 from sweeps.cli import main as cli
 from test_sweeps import toy_task  # noqa: F401  (autouse: registers the toy task)
 
@@ -358,3 +359,16 @@ def test_mad_figure_shows_each_task_and_the_score(tmp_path, monkeypatch):
     # best of the sweep per task, then each model's MAD score and task mean (equal here: one setting per task)
     assert heights == [0.2, 0.3, 0.3, 0.4, 0.5, 0.7, 0.7, 0.9]
     assert plots.plot_mad(rows.assign(task="mqar"), tmp_path) is None  # no MAD runs: no figure
+
+
+def test_mad_report_shows_the_published_scores_beside_ours():
+    rows = pd.DataFrame([{"task": "mad", "run_status": "ok", "label": "a", "mad_task": "compression",
+                          "setting": "{}", "lr": 1e-3, "weight_decay": 0.0, "accuracy": 0.5, "seed": 0, "run_id": 1,
+                          "mixer": "attention"}])
+    published = pd.read_csv(PUBLISHED_CSV, dtype={"setting": str})
+    text = report_markdown(rows, published)
+    section = text.split("## mad: the published scores")[1].split("\n## ")[0]
+    # Transformer's row: its average, then the six tasks in name order (compression first)
+    assert "| Transformer | 0.745 | 0.516 | 0.298 | 0.941 | 0.852 | 0.868 | 0.996 |" in section
+    assert section.count("\n| ") == 1 + 6  # the header and six published models
+    assert "## mad: the published" not in report_markdown(rows.assign(task="toy"), published)
