@@ -235,7 +235,7 @@ def test_a_run_already_running_elsewhere_is_left_alone(tmp_path):
     assert execute(run, "t", tmp_path, toy_run) == "ok"
 
 
-@pytest.mark.parametrize("name", ["smoke", "mqar", "scaling", "snli_paper", "grassmann_variants", "mad",
+@pytest.mark.parametrize("name", ["smoke", "mqar", "scaling", "snli_paper", "grassmann_variants", "mad", "mad_cpu",
                                   # matches parameters of 10 paper-size models at load: ~20 s on 2 cores
                                   pytest.param("wikitext2_paper", marks=pytest.mark.slow)])
 def test_shipped_sweeps_validate(name):
