@@ -94,3 +94,14 @@ def test_headline_update_rewrites_only_the_marked_tables():
 
     text = "a\n<!-- headline:t -->\nold\n<!-- /headline -->\nb <!-- headline:u -->x<!-- /headline -->"
     assert update(text, {"t": "new"}) == "a\n<!-- headline:t -->\nnew\n<!-- /headline -->\nb <!-- headline:u -->x<!-- /headline -->"
+
+
+@pytest.mark.parametrize("folder", REPORTS, ids=lambda p: p.name)
+def test_every_lm_run_of_a_sweep_read_the_same_tokens(folder):
+    """A trained WordPiece differs from one process to the next (huggingface/tokenizers#1794),
+    and each run reads the cached one: were the cache lost mid-sweep, later runs would be
+    scored on another vocabulary. Within a sweep, every Wikitext-2 run must have read the
+    same number of training tokens through the same tokenizer."""
+    lm = [r["metrics"] for r in load_records(folder) if r["task"] == "wikitext2" and r["status"] == "ok"]
+    seen = {(m["train_tokens"], m["tokenizer"], m["vocab_size"]) for m in lm}
+    assert len(seen) <= 1, f"{folder.name}: runs on different tokenizations {sorted(seen)}"
