@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from .report import markdown_table
-from .stats import best_over_lr, gap_interval
+from .stats import best_over_lr, gap_interval, mad_scores
 
 REFERENCE = Path(__file__).resolve().parent / "reference"
 PUBLISHED = Path(__file__).resolve().parent / "published.csv"
@@ -102,7 +102,28 @@ def status_line(records: list[dict], planned: int) -> str:
             f"{'' if len(done) == len(records) else f'; {len(records) - len(done)} did not finish ok'})")
 
 
-TABLES = {"mqar_cpu": mqar_table, "wikitext2_6L_cpu": lm_table}
+def mad_table(frame: pd.DataFrame, published: pd.DataFrame | None = None) -> str:
+    """Our MAD scores (``stats.mad_scores``: best over the sweep per setting, mean over a
+    task's settings, the task mean over tasks) beside MAD's published ones, one row per
+    model, a column per task; ours first, best task mean first."""
+    if published is None:
+        published = pd.read_csv(PUBLISHED, dtype={"setting": str})
+    ok = frame[(frame["task"] == "mad") & (frame["run_status"] == "ok")]
+    ours = mad_scores(ok)
+    pub = published[published["task"] == "mad"]
+    theirs = pub.assign(value=pd.to_numeric(pub["value"])).pivot_table(
+        index="model", columns="setting", values="value", aggfunc="first", sort=False)
+    tasks = sorted({*ours.columns, *theirs.columns} - {"MAD score", "task mean", "settings", "average"})
+    cell = (lambda row, t: f"{row[t]:.3f}" if t in row and pd.notna(row[t]) else "–")
+    lines = [[f"{label} (ours)", str(int(row["settings"])), f"{row['task mean']:.3f}", *(cell(row, t) for t in tasks)]
+             for label, row in ours.sort_values("task mean", ascending=False).iterrows()]
+    lines += [[f"{model} (MAD)", "all", cell(row, "average"), *(cell(row, t) for t in tasks)]
+              for model, row in theirs.iterrows()]
+    header = ["model", "settings", "task mean", *tasks]
+    return markdown_table(header, lines, ["---", "---:", "---:"] + ["---:"] * len(tasks))
+
+
+TABLES = {"mqar_cpu": mqar_table, "wikitext2_6L_cpu": lm_table, "mad_cpu": mad_table}
 
 
 def tables() -> dict[str, str]:

@@ -1,7 +1,7 @@
 """results.headline: the README's tables, on small synthetic records."""
 import pandas as pd
 
-from results.headline import lm_table, mqar_table, published_gaps
+from results.headline import lm_table, mad_table, mqar_table, published_gaps
 from results.stats import gap_interval
 
 
@@ -38,3 +38,19 @@ def test_published_gaps_pair_each_sources_first_values():
         {"task": "wikitext2", "source": "s", "setting": "6L/128", "mixer": m, "split": "validation", "value": v}
         for m, v in (("attention", 200.0), ("attention", 210.0), ("grassmann", 250.0))])
     assert published_gaps(pub).splitlines()[2] == "| s | 6L/128 | 200 | 250 | +25.0 % |"
+
+
+def test_mad_table_puts_ours_beside_the_published_scores():
+    def run(label, task, setting, lr, acc):
+        return {"task": "mad", "run_status": "ok", "label": label, "mad_task": task, "setting": setting,
+                "lr": lr, "weight_decay": 0.0, "accuracy": acc, "seed": 0}
+    frame = pd.DataFrame([run("a", "compression", "s1", 1e-3, 0.2), run("a", "compression", "s1", 5e-4, 0.4),
+                          run("a", "memorization", "s2", 1e-3, 1.0), run("b", "compression", "s1", 1e-3, 0.9),
+                          {**run("b", "memorization", "s2", 1e-3, 1.0), "run_status": "failed"}])
+    pub = pd.DataFrame([{"task": "mad", "model": "T", "setting": t, "value": v}
+                        for t, v in (("compression", 0.5), ("memorization", 0.8), ("average", 0.65))])
+    lines = mad_table(frame, pub).splitlines()
+    assert lines[0] == "| model | settings | task mean | compression | memorization |"
+    assert lines[2:] == ["| b (ours) | 1 | 0.900 | 0.900 | – |",  # its failed run is not a score
+                         "| a (ours) | 2 | 0.700 | 0.400 | 1.000 |",  # best lr per setting, then the mean
+                         "| T (MAD) | all | 0.650 | 0.500 | 0.800 |"]
