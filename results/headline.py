@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from .report import markdown_table
-from .stats import best_over_lr, gap_interval, mad_scores
+from .stats import best_over_lr, gap_interval, mad_scores, published_mad_scores
 
 REFERENCE = Path(__file__).resolve().parent / "reference"
 PUBLISHED = Path(__file__).resolve().parent / "published.csv"
@@ -110,9 +110,7 @@ def mad_table(frame: pd.DataFrame, published: pd.DataFrame | None = None) -> str
         published = pd.read_csv(PUBLISHED, dtype={"setting": str})
     ok = frame[(frame["task"] == "mad") & (frame["run_status"] == "ok")]
     ours = mad_scores(ok)
-    pub = published[published["task"] == "mad"]
-    theirs = pub.assign(value=pd.to_numeric(pub["value"])).pivot_table(
-        index="model", columns="setting", values="value", aggfunc="first", sort=False)
+    theirs = published_mad_scores(published)
     tasks = sorted({*ours.columns, *theirs.columns} - {"MAD score", "task mean", "settings", "average"})
     cell = (lambda row, t: f"{row[t]:.3f}" if t in row and pd.notna(row[t]) else "–")
     lines = [[f"{label} (ours)", str(int(row["settings"])), f"{row['task mean']:.3f}", *(cell(row, t) for t in tasks)]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .stats import best_over_lr, gap_interval, mad_scores
+from .stats import best_over_lr, gap_interval, mad_scores, published_mad_scores
 
 # The metrics a task's table shows first; other tasks show what looks like a metric.
 HEADLINE = {
@@ -109,9 +109,7 @@ def mad_published_section(published: pd.DataFrame) -> str:
     pub = published[published["task"] == "mad"]
     if pub.empty:
         return ""
-    values = pd.to_numeric(pub["value"], errors="coerce")
-    table = pub.assign(value=values).pivot_table(index="model", columns="setting", values="value",
-                                                 aggfunc="first", sort=False)
+    table = published_mad_scores(pub)
     tasks = sorted(c for c in table.columns if c != "average")
     body = [[model, _fmt(row.get("average")), *(_fmt(row[t]) for t in tasks)] for model, row in table.iterrows()]
     sources = ", ".join(sorted(pub["source"].unique()))

@@ -78,3 +78,11 @@ def mad_scores(rows: pd.DataFrame) -> pd.DataFrame:
     table["MAD score"] = per_setting.groupby("label")["accuracy"].mean()
     table["settings"] = per_setting.groupby("label").size()
     return table.sort_values("MAD score", ascending=False)
+
+
+def published_mad_scores(published: pd.DataFrame) -> pd.DataFrame:
+    """MAD's published scores (published.csv rows of task "mad": one per model and task,
+    "average" the mean of the six) as a table, a row per model in the file's order."""
+    pub = published[published["task"] == "mad"]
+    return pub.assign(value=pd.to_numeric(pub["value"], errors="coerce")).pivot_table(
+        index="model", columns="setting", values="value", aggfunc="first", sort=False)
