@@ -106,13 +106,12 @@ def mad_section(ok: pd.DataFrame) -> str:
 def mad_published_section(published: pd.DataFrame) -> str:
     """MAD's published scores (published.csv rows of task "mad", one per model and task,
     "average" the mean of the six) as one table, to read beside ``mad_section``."""
-    pub = published[published["task"] == "mad"]
-    if pub.empty:
+    table = published_mad_scores(published)
+    if table.empty:
         return ""
-    table = published_mad_scores(pub)
     tasks = sorted(c for c in table.columns if c != "average")
     body = [[model, _fmt(row.get("average")), *(_fmt(row[t]) for t in tasks)] for model, row in table.iterrows()]
-    sources = ", ".join(sorted(pub["source"].unique()))
+    sources = ", ".join(sorted(published.loc[published["task"] == "mad", "source"].unique()))
     return (f"## mad: the published scores\n\n{sources}; the published tables' Average is our task mean.\n\n"
             + markdown_table(["model", "average", *tasks], body))
 

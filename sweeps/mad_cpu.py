@@ -8,8 +8,8 @@ Sized by measurement (one thread, beside two running sweeps; issue 17's notes): 
 zoo, so MAD's 20,000 steps per run are days per run here. Pilots of one-head rotary
 attention on in-context recall (batch 32): at lr 1e-3 and 50 warm-up steps it sat at
 0.31-0.33 accuracy through 1,500 steps, then 0.37 at 2,000, 0.44 at 2,500, 0.97 at 3,000
-and 1.00 at 3,500; at lr 3e-3 it was still at 0.32 after 3,000. Attention is the control that shows a budget
-suffices (as in mqar_cpu), so the recall tasks get 3,000 steps of batch 32 (96,000
+and 1.00 at 3,500; at lr 3e-3 it was still at 0.32 after 3,000. Attention is the control
+that shows a budget suffices (as in mqar_cpu), so the recall tasks get 3,000 steps of batch 32 (96,000
 examples, 7.5 epochs; MAD: 200 epochs of batch 128), selective copying and compression
 1,000, and memorization MAD's own 200 epochs of its 256 examples (1,600 steps of L 32).
 One learning rate, the pilot's 1e-3 (MAD's largest), with its 50 warm-up steps, and

@@ -95,8 +95,9 @@ def sweep_configs(mixer: str, settings: list[tuple[str, dict]], options: dict | 
     ``settings``: (task, changes to its baseline) pairs, e.g. from ``mad_data.mad_settings``.
     Each run trains ``epochs`` epochs of its setting's training set (MAD's step count,
     which shrinks with the data), cut at ``max_steps`` where a budget demands (MAD has
-    no warm-up; ``warmup_steps`` adds one), and evaluates ``evals`` times; ``options`` override ``MAD_MIXER_OPTIONS``; ``overrides``
-    replace top-level MADConfig fields (e.g. ``cache_dir``)."""
+    no warm-up; ``warmup_steps`` adds one), and evaluates ``evals`` times; ``options``
+    override ``MAD_MIXER_OPTIONS``; ``overrides`` replace top-level MADConfig fields
+    (e.g. ``cache_dir``)."""
     opts = {**MAD_MIXER_OPTIONS.get(mixer, {}), **(options or {})}
     out = []
     for task, changes in settings:
