@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from .findings import gap_placement, mqar_best, zoology_findings
 from .report import markdown_table
-from .stats import best_over_lr, gap_interval, mad_scores, published_mad_scores
+from .stats import gap_interval, mad_scores, published_mad_scores
 
 REFERENCE = Path(__file__).resolve().parent / "reference"
 PUBLISHED = Path(__file__).resolve().parent / "published.csv"
@@ -33,8 +34,7 @@ def mqar_table(frame: pd.DataFrame) -> str:
     (best first at the longest L), one column per L holding the widths' values (marked *
     while some of the point's learning rates have not finished), and the model's
     inference state at the longest L."""
-    ok = frame[(frame["task"] == "mqar") & (frame["run_status"] == "ok")]
-    best = best_over_lr(ok, ["label", "seq_len", "d_model"])
+    best = mqar_best(frame)
     lengths, widths = sorted(best["seq_len"].unique()), sorted(best["d_model"].unique())
     lrs = best["lrs_tried"].max()  # a point with fewer finished so far is marked *
     longest = best[best["seq_len"] == lengths[-1]]
@@ -107,7 +107,7 @@ def mad_table(frame: pd.DataFrame, published: pd.DataFrame | None = None) -> str
     task's settings, the task mean over tasks) beside MAD's published ones, one row per
     model, a column per task; ours first, best task mean first."""
     if published is None:
-        published = pd.read_csv(PUBLISHED, dtype={"setting": str})
+        published = _published()
     ok = frame[(frame["task"] == "mad") & (frame["run_status"] == "ok")]
     ours = mad_scores(ok)
     theirs = published_mad_scores(published)
@@ -121,7 +121,16 @@ def mad_table(frame: pd.DataFrame, published: pd.DataFrame | None = None) -> str
     return markdown_table(header, lines, ["---", "---:", "---:"] + ["---:"] * len(tasks))
 
 
-TABLES = {"mqar_cpu": mqar_table, "wikitext2_6L_cpu": lm_table, "mad_cpu": mad_table}
+def _published() -> pd.DataFrame:
+    return pd.read_csv(PUBLISHED, dtype={"setting": str})
+
+
+# table name: (the reference sweep whose records make it, how)
+TABLES = {"mqar_cpu": ("mqar_cpu", mqar_table),
+          "mqar_cpu_findings": ("mqar_cpu", zoology_findings),
+          "wikitext2_6L_cpu": ("wikitext2_6L_cpu", lm_table),
+          "wikitext2_6L_cpu_gap": ("wikitext2_6L_cpu", lambda frame: gap_placement(frame, _published())),
+          "mad_cpu": ("mad_cpu", mad_table)}
 
 
 def tables() -> dict[str, str]:
@@ -132,12 +141,12 @@ def tables() -> dict[str, str]:
     from sweeps.core import load_sweep
 
     out = {}
-    for name, make in TABLES.items():
-        records = load_records(REFERENCE / name)
+    for name, (sweep, make) in TABLES.items():
+        records = load_records(REFERENCE / sweep)
         if records:
             out[name] = make(records_frame(records))
-            out[f"{name}_status"] = status_line(records, len(load_sweep(name).runs))
-    out["published_gaps"] = published_gaps(pd.read_csv(PUBLISHED, dtype={"setting": str}))
+            out[f"{sweep}_status"] = status_line(records, len(load_sweep(sweep).runs))
+    out["published_gaps"] = published_gaps(_published())
     return out
 
 

@@ -77,3 +77,16 @@ def mqar_examples(num_examples: int, seq_len: int, num_kv_pairs: int, vocab_size
     labels = np.full((n, L), -100, dtype=np.int64)
     np.put_along_axis(labels, query_pos, values, axis=1)
     return torch.from_numpy(inputs), torch.from_numpy(labels)
+
+
+def key_distances(inputs: torch.Tensor, labels: torch.Tensor, num_kv_pairs: int) -> np.ndarray:
+    """(n, kv): for every query, how many tokens back its key sits (q - k, k the key's
+    slot among the first 2 * kv tokens). A stack that sees at most R tokens back per
+    layer can bring a key and its value (at k + 1) to the query only if q - k <= layers * R:
+    the share of queries within that distance caps a local mixer's accuracy."""
+    x, y = inputs.numpy(), labels.numpy()
+    n, kv = len(x), num_kv_pairs
+    q = np.nonzero(y != -100)[1].reshape(n, kv)  # (n, kv) query positions, row by row
+    asked = np.take_along_axis(x, q, 1)  # (n, kv) the key each query repeats
+    slot = (asked[:, :, None] == x[:, None, 0:2 * kv:2]).argmax(-1)  # (n, kv) which pair
+    return q - 2 * slot

@@ -1,13 +1,15 @@
 """results.headline: the README's tables, on small synthetic records."""
 import pandas as pd
 
+from results.findings import gap_placement, reach_shares, zoology_findings
 from results.headline import lm_table, mad_table, mqar_table, published_gaps
 from results.stats import gap_interval
 
 
-def _mqar(label, L, d, lr, acc, state):
+def _mqar(label, L, d, lr, acc, state=1):
     return {"task": "mqar", "run_status": "ok", "label": label, "seq_len": L, "num_kv_pairs": L // 16,
-            "d_model": d, "lr": lr, "accuracy": acc, "state_size": state, "seed": 0}
+            "d_model": d, "lr": lr, "accuracy": acc, "state_size": state, "seed": 0, "vocab_size": 512,
+            "config.num_test_examples": 300, "config.power_a": 0.01, "config.random_non_queries": True}
 
 
 def test_mqar_table_keeps_the_best_lr_and_ranks_by_the_longest_length():
@@ -54,3 +56,56 @@ def test_mad_table_puts_ours_beside_the_published_scores():
     assert lines[2:] == ["| b (ours) | 1 | 0.900 | 0.900 | – |",  # its failed run is not a score
                          "| a (ours) | 2 | 0.700 | 0.400 | 1.000 |",  # best lr per setting, then the mean
                          "| T (MAD) | all | 0.650 | 0.500 | 0.800 |"]
+
+
+def test_reach_shares_grow_with_the_reach_and_shrink_with_the_length():
+    frame = pd.DataFrame([_mqar("a", L, 32, 1e-3, 0.5) for L in (64, 128)])
+    near, far, whole = (reach_shares(frame, reach) for reach in (8, 32, 128))
+    assert whole == {64: 1.0, 128: 1.0}  # every key lies within L tokens
+    assert near[64] < far[64] < 1 and far[128] < far[64]
+
+
+def test_zoology_findings_judge_each_claim_from_the_best_lr():
+    rows = []
+    for L in (64, 128):
+        for d in (32, 64):
+            rows += [_mqar("attention", L, d, lr, acc) for lr, acc in ((1e-3, 0.5), (1e-2, 0.995))]
+            rows += [_mqar("sliding_window", L, d, lr, 0.02) for lr in (1e-3, 1e-2)]
+            rows += [_mqar("grassmann", L, d, lr, 0.05) for lr in (1e-3, 1e-2)]  # within 0.1 of the window
+            rows += [_mqar("mamba2", L, d, lr, 1.0 if L == 64 else 0.4) for lr in (1e-3, 1e-2)]
+            rows += [_mqar("rwkv6", L, d, lr, 1.0) for lr in (1e-3, 1e-2)]
+    rows += [_mqar("gated_deltanet", 64, 32, lr, 0.9) for lr in (1e-3, 1e-2)]
+    rows += [_mqar("gated_deltanet", 128, 32, 1e-3, 0.3)]  # one of its two lrs: not complete
+    rows += [_mqar("grassmann+attention", 64, 64, lr, 0.999) for lr in (1e-3, 1e-2)]
+    rows.append({**_mqar("grassmann+attention", 128, 64, 1e-3, 1.0), "run_status": "failed"})
+    verdicts = {line.split(" | ")[0][2:]: line.rsplit(" | ", 1)[1][:-2]
+                for line in zoology_findings(pd.DataFrame(rows)).splitlines()[2:]}
+    got = {claim.split(",")[0].split(" ")[0]: v for claim, v in verdicts.items()}
+    assert got == {"attention": "yes", "a": "yes", "the": "yes", "mamba2": "yes",
+                   "rwkv6": "untested: solves every point", "gated_deltanet": "pending",
+                   "one": "so far yes (1 of 2)"}
+    # a window above its reach, or a Grassmann row far from the window's, is named
+    rows = [{**r, "accuracy": 0.9} if r["label"] == "sliding_window" and r["seq_len"] == 128 and r["d_model"] == 64
+            else r for r in rows]
+    lines = zoology_findings(pd.DataFrame(rows)).splitlines()
+    assert lines[3].endswith("| no (L 128 d 64) |") and lines[4].endswith("| no (L 128 d 64) |")
+
+
+def test_gap_placement_counts_the_published_gaps_around_the_interval():
+    def run(mixer, seed, val):
+        return {"task": "wikitext2", "run_status": "ok", "mixer": mixer, "seed": seed, "best_val_ppl": val}
+    pub = pd.DataFrame([{"task": "wikitext2", "source": s, "setting": "6L/128", "mixer": m,
+                         "split": "validation", "value": v}
+                        for s, a, g in (("low", 100.0, 101.0), ("mid", 100.0, 120.0), ("high", 100.0, 190.0))
+                        for m, v in (("attention", a), ("grassmann", g))])
+    one = pd.DataFrame([run("attention", 0, 100.0), run("grassmann", 0, 125.0)])
+    assert gap_placement(one, pub) == (
+        "Ours at 6L/128: +25.0 % (1 Grassmann and 1 attention seeds: no interval yet). Of the 3 published "
+        "gaps at 6L/128 (+1.0 % to +90.0 %), 2 lie below it, 0 within and 1 above.")
+    two = pd.DataFrame([run("attention", 0, 100.0), run("attention", 1, 101.0),
+                        run("grassmann", 0, 124.0), run("grassmann", 1, 126.0)])
+    gap, low, high = gap_interval([124.0, 126.0], [100.0, 101.0])
+    assert low < 0.2 < high < 0.9  # so "mid" lies within, "low" below, "high" above
+    assert gap_placement(two, pub).endswith("1 lie below its interval, 1 within and 1 above.")
+    assert f"[95 % CI {100 * low:+.1f} %, {100 * high:+.1f} %]" in gap_placement(two, pub)
+    assert gap_placement(one[one["mixer"] == "attention"], pub).startswith("No Grassmann-vs-attention gap")

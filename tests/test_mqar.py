@@ -13,7 +13,7 @@ import zoo
 from tasks import TASKS
 from tasks.common import labelled_accuracy
 from tasks.mqar import CPU_GRID, LOCAL_GRID, ZOOLOGY_FIG2_GRID, MQARConfig, grid_configs, load_split, run
-from tasks.mqar_data import mqar_examples
+from tasks.mqar_data import key_distances, mqar_examples
 
 
 @st.composite
@@ -83,6 +83,17 @@ def test_query_gaps_follow_the_power_law():
     sigma = np.sqrt(p * (1 - p) / n)
     assert np.all(np.abs(freq - p) < 5 * sigma + 1e-4)
     assert freq[0] > 0.2  # ~0.26: most queries come right after the pairs
+
+
+def test_key_distances_measure_how_far_back_each_querys_key_sits():
+    x = torch.tensor([[5, 9, 6, 8, 0, 0, 6, 1, 5, 2]])  # pairs (5, 9), (6, 8); 6 asked at 6, 5 at 8
+    y = torch.full_like(x, -100)
+    y[0, 6], y[0, 8] = 8, 9
+    assert key_distances(x, y, 2).tolist() == [[6 - 2, 8 - 0]]
+    x, y = mqar_examples(50, 64, 4, 512, seed=3, split="test")
+    want = [[t - 2 * x[i, 0:8:2].tolist().index(int(x[i, t])) for t in torch.nonzero(y[i] != -100).flatten().tolist()]
+            for i in range(50)]  # the same, one query at a time
+    assert key_distances(x, y, 4).tolist() == want
 
 
 def test_cache_round_trip_and_key(tmp_path):

@@ -1,0 +1,153 @@
+"""Published findings checked against the records: the README's point-by-point
+comparisons are computed here, so a verdict changes when the records do, never by hand.
+
+``zoology_findings``: Zoology's MQAR findings (Arora et al. 2023, Fig. 2), the Based
+paper's hybrid finding (Arora et al. 2024) and this project's prediction for the Grassmann
+mixer, one row each: the claim, the measured numbers it rests on, and whether it holds
+("yes", "no (where)", "so far yes (k of n)" while points are missing, "untested" where the
+grid cannot show it). Sources: Zoology (arXiv 2312.04927): attention solves MQAR at every
+width, gated convolutions need more width as L grows, and hybrids with attention close
+most of the gap; Based (arXiv 2402.18668): a model's recall is bounded by its state, a
+sliding window's by its window. ``gap_placement``: where our Grassmann-vs-attention gap, with its
+interval, falls among the published gaps.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from tasks.mqar_data import key_distances, mqar_examples
+
+from .report import markdown_table
+from .stats import best_over_lr, gap_interval
+
+SOLVED = 0.99  # Zoology's stopping accuracy: a point at or above it is solved
+REACH = 32  # tokens two layers of 16-token reach (the window, the Grassmann offsets) span
+CHANCE = 0.01  # slack for guessing: a value is one of V/2 tokens (256 here)
+LIKE = 0.1  # "behaves like the window": within this accuracy of it at every point
+FIXED_STATE = ("mamba2", "rwkv6", "gated_deltanet")
+
+
+def mqar_best(frame: pd.DataFrame) -> pd.DataFrame:
+    """The finished MQAR runs, best over learning rates per (mixer, L, width)."""
+    ok = frame[(frame["task"] == "mqar") & (frame["run_status"] == "ok")]
+    return best_over_lr(ok, ["label", "seq_len", "d_model"])
+
+
+def reach_shares(best: pd.DataFrame, reach: int = REACH) -> dict[int, float]:
+    """Per L: the share of the test split's queries whose key sits at most ``reach``
+    tokens back (the test data regenerated from the records' configs)."""
+    out = {}
+    for L, row in best.groupby("seq_len").first().iterrows():
+        kv = int(row["num_kv_pairs"])
+        x, y = mqar_examples(int(row["config.num_test_examples"]), int(L), kv, int(row["vocab_size"]),
+                             seed=int(row["seed"]), split="test", power_a=float(row["config.power_a"]),
+                             random_non_queries=bool(row["config.random_non_queries"]))
+        out[int(L)] = float((key_distances(x, y, kv) <= reach).mean())
+    return out
+
+
+def _verdict(checks: list[tuple[bool, bool, str]], expected: int) -> str:
+    """checks: (complete, holds, where) per unit; a finished unit that fails decides."""
+    failed = [where for complete, holds, where in checks if complete and not holds]
+    if failed:
+        return f"no ({'; '.join(failed)})"
+    done = sum(complete for complete, _, _ in checks)
+    if done == expected:
+        return "yes"
+    return f"so far yes ({done} of {expected})" if done else "pending"
+
+
+def zoology_findings(frame: pd.DataFrame) -> str:
+    best = mqar_best(frame)
+    lengths, widths = sorted(best["seq_len"].unique()), sorted(best["d_model"].unique())
+    full = best["lrs_tried"].max()
+    at = {(r.label, r.seq_len, r.d_model): (r.accuracy, r.lrs_tried == full) for r in best.itertuples()}
+    wide = widths[-1]
+
+    def cell(label, L, width):
+        return f"{at[label, L, width][0]:.3f}" if (label, L, width) in at else "–"
+
+    def widths_at(label, L):
+        return " / ".join(cell(label, L, d) for d in widths)
+
+    def complete(*points):
+        return all(p in at and at[p][1] for p in points)
+
+    rows = []
+
+    def solves(label, source, claim):
+        checks = [(complete((label, L, wide)), (label, L, wide) in at and at[label, L, wide][0] >= SOLVED,
+                   f"L {L}") for L in lengths]
+        evidence = "; ".join(f"L {L}: {cell(label, L, wide)}" for L in lengths) + f" (d {wide})"
+        rows.append([claim, source, evidence, _verdict(checks, len(lengths))])
+
+    solves("attention", "Zoology Fig. 2", f"attention solves every setting (≥ {SOLVED} at the largest width)")
+
+    shares = reach_shares(best)
+    checks = [(complete(("sliding_window", L, d)),
+               ("sliding_window", L, d) in at and at["sliding_window", L, d][0] <= shares[L] + CHANCE,
+               f"L {L} d {d}") for L in lengths for d in widths]
+    evidence = "; ".join(f"L {L}: {widths_at('sliding_window', L)} ≤ {shares[L]:.3f}" for L in lengths)
+    rows.append([f"a local window recalls only within its reach (accuracy ≤ the share of queries "
+                 f"whose key is ≤ {REACH} tokens back)", "Based", evidence,
+                 _verdict(checks, len(lengths) * len(widths))])
+
+    pairs = [(L, d) for L in lengths for d in widths]
+    diff = {(L, d): at["grassmann", L, d][0] - at["sliding_window", L, d][0]
+            for L, d in pairs if ("grassmann", L, d) in at and ("sliding_window", L, d) in at}
+    checks = [(complete(("grassmann", L, d), ("sliding_window", L, d)) and (L, d) in diff,
+               abs(diff.get((L, d), 0.0)) <= LIKE, f"L {L} d {d}") for L, d in pairs]
+    evidence = "; ".join(f"L {L}: " + " / ".join(f"{diff[L, d]:+.3f}".replace("-", "−") if (L, d) in diff else "–"
+                                                for d in widths) for L in lengths) + " (grassmann − window)"
+    rows.append([f"the Grassmann mixer behaves like the window (within {LIKE} of it at every point)",
+                 "our prediction (issue 16)", evidence, _verdict(checks, len(pairs))])
+
+    for label in FIXED_STATE:
+        mine = [(L, d) for L, d in pairs if (label, L, d) in at]
+        evidence = "; ".join(f"d {d}: " + " → ".join(cell(label, L, d) for L in lengths) for d in widths)
+        if len(mine) == len(pairs) and complete(*((label, L, d) for L, d in pairs)) and all(
+                at[label, L, d][0] >= SOLVED for L, d in pairs):
+            verdict = "untested: solves every point"
+        else:
+            first, last = lengths[0], lengths[-1]
+            checks = [(complete((label, first, d), (label, last, d)),
+                       complete((label, first, d), (label, last, d))
+                       and at[label, last, d][0] < at[label, first, d][0] - CHANCE, f"d {d}") for d in widths]
+            verdict = _verdict(checks, len(widths))
+        rows.append([f"{label}, a fixed state, loses recall as L and the pairs grow (L {lengths[0]} → "
+                     f"{lengths[-1]} at each width)", "Zoology Fig. 2, Based", evidence, verdict])
+
+    solves("grassmann+attention", "Zoology (hybrids)", f"one attention layer gives the Grassmann stack recall "
+           f"(≥ {SOLVED} at the largest width)")
+    header = ["finding", "source", f"linbench, best over lrs (d {' / '.join(map(str, widths))})", "holds?"]
+    return markdown_table(header, rows, ["---", "---", "---", "---"])
+
+
+def gap_placement(frame: pd.DataFrame, published: pd.DataFrame, setting: str = "6L/128") -> str:
+    """One sentence: our Grassmann-vs-attention validation gap, its interval, and how
+    it compares with each published gap at ``setting``."""
+    ok = frame[(frame["task"] == "wikitext2") & (frame["run_status"] == "ok")]
+    ours = {m: ok.loc[ok["mixer"] == m, "best_val_ppl"].tolist() for m in ("grassmann", "attention")}
+    if not all(ours.values()):
+        return "No Grassmann-vs-attention gap yet: a side has no finished run."
+    gap, low, high = gap_interval(ours["grassmann"], ours["attention"])
+    rows = published[(published["task"] == "wikitext2") & (published["split"] == "validation")
+                     & (published["setting"] == setting)]
+    theirs = []
+    for source, grp in rows.groupby("source", sort=False):
+        by = grp.groupby("mixer")["value"].first()
+        if {"attention", "grassmann"} <= set(by.index):
+            theirs.append(float(by["grassmann"]) / float(by["attention"]) - 1)
+    pct = (lambda x: f"{100 * x:+.1f} %".replace("-", "−"))
+    seeds = f"{len(ours['grassmann'])} Grassmann and {len(ours['attention'])} attention seeds"
+    if low is None:
+        lo = hi = gap
+        said = f"{pct(gap)} ({seeds}: no interval yet)"
+    else:
+        lo, hi = low, high
+        said = f"{pct(gap)} [95 % CI {pct(low)}, {pct(high)}] ({seeds})"
+    below, above = sum(t < lo for t in theirs), sum(t > hi for t in theirs)
+    it = "it" if low is None else "its interval"
+    return (f"Ours at {setting}: {said}. Of the {len(theirs)} published gaps at {setting} ({pct(min(theirs))} to "
+            f"{pct(max(theirs))}), {below} lie below {it}, {len(theirs) - below - above} within and "
+            f"{above} above.")
