@@ -90,12 +90,14 @@ MAD_MIXER_OPTIONS = {
 def sweep_configs(mixer: str, settings: list[tuple[str, dict]], options: dict | None = None,
                   lrs=MAD_LRS, weight_decays=MAD_WEIGHT_DECAYS, epochs: int = MAD_EPOCHS,
                   max_steps: int | None = None, batch_size: int = 128, evals: int = 10,
-                  warmup_steps: int = 0, seed: int = 0, **overrides) -> list[MADConfig]:
+                  warmup_steps: int = 0, target: float | None = None, seed: int = 0,
+                  **overrides) -> list[MADConfig]:
     """One MADConfig per (setting, lr, weight decay) for ``mixer`` at MAD's model shape.
     ``settings``: (task, changes to its baseline) pairs, e.g. from ``mad_data.mad_settings``.
     Each run trains ``epochs`` epochs of its setting's training set (MAD's step count,
     which shrinks with the data), cut at ``max_steps`` where a budget demands (MAD has
-    no warm-up; ``warmup_steps`` adds one), and evaluates ``evals`` times; ``options``
+    no warm-up; ``warmup_steps`` adds one), and evaluates ``evals`` times (stopping
+    once the test accuracy reaches ``target``, where one is given); ``options``
     override ``MAD_MIXER_OPTIONS``; ``overrides`` replace top-level MADConfig fields
     (e.g. ``cache_dir``)."""
     opts = {**MAD_MIXER_OPTIONS.get(mixer, {}), **(options or {})}
@@ -110,7 +112,7 @@ def sweep_configs(mixer: str, settings: list[tuple[str, dict]], options: dict | 
             for wd in weight_decays:
                 train = base.train.replace(steps=steps, batch_size=batch_size, lr=lr, weight_decay=wd,
                                            min_lr_ratio=1e-6 / lr, eval_every=max(1, steps // evals),
-                                           warmup_steps=warmup_steps)
+                                           warmup_steps=warmup_steps, target=target)
                 out.append(base.replace(model=model, train=train))
     return out
 

@@ -90,8 +90,8 @@ def test_sweep_configs_follow_mads_protocol():
     assert first.mixer_options == {"n_heads": 1, "rotary": 128} and first.positions == "none"
     assert cfgs[-1].full_setting["vocab_size"] == 512 and cfgs[-1].task == "memorization"
     capped = sweep_configs("mamba2", settings[:1], lrs=(1e-3,), weight_decays=(0.0,), max_steps=500,
-                           batch_size=32, options={"d_state": 8}, warmup_steps=5)
-    assert [(c.train.steps, c.train.batch_size, c.train.eval_every, c.train.warmup_steps)
-            for c in capped] == [(500, 32, 50, 5)]
-    assert {c.train.warmup_steps for c in cfgs} == {0}  # MAD has none
+                           batch_size=32, options={"d_state": 8}, warmup_steps=5, target=0.99)
+    assert [(c.train.steps, c.train.batch_size, c.train.eval_every, c.train.warmup_steps, c.train.target)
+            for c in capped] == [(500, 32, 50, 5, 0.99)]
+    assert {(c.train.warmup_steps, c.train.target) for c in cfgs} == {(0, None)}  # MAD has none, and no stop
     assert capped[0].model.mixer_options == {"d_state": 8} and capped[0].model.positions == "none"
