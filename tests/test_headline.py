@@ -1,15 +1,25 @@
 """results.headline: the README's tables, on small synthetic records."""
+import json
+
+import numpy as np
 import pandas as pd
 
 from results.findings import gap_placement, reach_shares, zoology_findings
 from results.headline import lm_table, mad_table, mqar_table, published_gaps
 from results.stats import gap_interval
+from tasks.mqar_data import key_distances, mqar_examples
+
+
+OPTIONS = {"sliding_window": {"window": 16, "n_heads": 1}, "grassmann": {}, "attention": {"n_heads": 1}}
 
 
 def _mqar(label, L, d, lr, acc, state=1):
+    mixer = label if label in OPTIONS else "attention"
+    model = {"mixer": mixer, "d_model": d, "n_layers": 2, "vocab_size": 512, "max_len": L, "d_ff": 0}
     return {"task": "mqar", "run_status": "ok", "label": label, "seq_len": L, "num_kv_pairs": L // 16,
             "d_model": d, "lr": lr, "accuracy": acc, "state_size": state, "seed": 0, "vocab_size": 512,
-            "config.num_test_examples": 300, "config.power_a": 0.01, "config.random_non_queries": True}
+            "config.num_test_examples": 300, "config.power_a": 0.01, "config.random_non_queries": True,
+            **{f"config.model.{k}": v for k, v in model.items()}, "mixer_options": json.dumps(OPTIONS[mixer])}
 
 
 def test_mqar_table_keeps_the_best_lr_and_ranks_by_the_longest_length():
@@ -58,11 +68,14 @@ def test_mad_table_puts_ours_beside_the_published_scores():
                          "| T (MAD) | all | 0.650 | 0.500 | 0.800 |"]
 
 
-def test_reach_shares_grow_with_the_reach_and_shrink_with_the_length():
-    frame = pd.DataFrame([_mqar("a", L, 32, 1e-3, 0.5) for L in (64, 128)])
-    near, far, whole = (reach_shares(frame, reach) for reach in (8, 32, 128))
-    assert whole == {64: 1.0, 128: 1.0}  # every key lies within L tokens
-    assert near[64] < far[64] < 1 and far[128] < far[64]
+def test_reach_shares_count_the_queries_whose_value_the_model_can_see():
+    frame = pd.DataFrame([_mqar(label, L, 32, 1e-3, 0.5) for L in (64, 128)
+                          for label in ("attention", "sliding_window", "grassmann")])
+    full, window, grassmann = (reach_shares(frame, label) for label in ("attention", "sliding_window", "grassmann"))
+    assert full == {64: 1.0, 128: 1.0}  # every value lies within attention's reach
+    x, y = mqar_examples(300, 64, 4, 512, seed=0, split="test")
+    assert window[64] == np.mean(key_distances(x, y, 4) - 1 <= 32)  # two layers of 16 tokens back
+    assert grassmann[64] < window[64] < 1 and window[128] < window[64]  # fixed offsets see fewer
 
 
 def test_zoology_findings_judge_each_claim_from_the_best_lr():

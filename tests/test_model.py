@@ -3,6 +3,7 @@ import pytest
 import torch
 
 import zoo
+from zoo.causality import receptive_offsets
 
 
 def paper_transformer(**kw) -> zoo.ModelConfig:
@@ -109,6 +110,19 @@ def test_causality_checker_catches_a_leak():
     with pytest.raises(zoo.CausalityError):
         zoo.check_causal(leaky, torch.randn(1, 12, 3, dtype=torch.float64))
     zoo.check_causal(lambda x: x.cumsum(1), torch.randn(1, 12, 3, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("mixer, options, want", [
+    ("sliding_window", {"window": 4, "n_heads": 1}, set(range(9))),  # two layers of 4 back
+    ("grassmann", {"offsets": [1, 3], "r": 4}, {0, 1, 2, 3, 4, 6}),  # sums of one of 0, 1, 3 per layer
+    ("attention", {"n_heads": 1}, set(range(20))),
+    # the paper's offsets 1, 2, 4, 8, 12, 16, two layers: 20 of the 33 distances 0..32 (the README says so)
+    ("grassmann", {"r": 4}, {0, 1, 2, 3, 4, 5, 6, 8, 9, 10, 12, 13, 14, 16, 17, 18, 20, 24, 28, 32}),
+])
+def test_receptive_offsets_are_the_sums_of_each_layers_offsets(mixer, options, want):
+    model = zoo.build_model(zoo.ModelConfig(vocab_size=20, d_model=8, n_layers=2, max_len=40, d_ff=0,
+                                            mixer=mixer, mixer_options=options))
+    assert receptive_offsets(model, 40 if mixer == "grassmann" else 20) == want
 
 
 def test_seed_does_not_touch_global_rng():

@@ -77,3 +77,19 @@ def assert_causal(model: nn.Module, seq_len: int | None = None, batch: int = 2, 
     if moved > 1e-9:
         raise CausalityError(f"logits at or before position {t} changed by {moved:.3g} "
                              f"when only later tokens changed")
+
+
+def receptive_offsets(model: nn.Module, seq_len: int, seed: int = 0) -> set[int]:
+    """How far back the last position's output of an LM built by ``zoo.build_model``
+    reads: every s >= 0 such that it has a nonzero gradient (float64) with respect to
+    the embedded input s tokens earlier. A local stack's answer is the sums of one offset
+    per layer (two 16-token windows: 0..32), attention's is every offset. A token beyond
+    them cannot reach the output, whatever the weights: this bounds what a local mixer
+    can recall."""
+    m = _float64_copy(model)
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(m.cfg.vocab_size, (1, seq_len), generator=g)
+    h = m.embed(tokens).detach().requires_grad_(True)
+    m.forward_embedded(h)[0, -1].sum().backward()
+    seen = h.grad[0].abs().amax(-1) > 0  # (L,)
+    return {seq_len - 1 - t for t in torch.nonzero(seen).flatten().tolist()}
