@@ -5,7 +5,8 @@ comparisons are computed here, so a verdict changes when the records do, never b
 paper's hybrid finding (Arora et al. 2024) and this project's prediction for the Grassmann
 mixer, one row each: the claim, the measured numbers it rests on, and whether it holds
 ("yes", "no (where)", "so far yes (k of n)" while points are missing, "untested" where the
-grid cannot show it). A local mixer's ceiling is measured, not assumed: the share of test
+grid cannot show it). ``mad_agreement``: per MAD task, whether the mixers both MAD and we ran
+come in the same order. A local mixer's ceiling is measured, not assumed: the share of test
 queries whose value token lies within the receptive field of the model its records
 describe (``zoo.causality.receptive_offsets``), on the regenerated test split. Sources: Zoology (arXiv 2312.04927): attention solves MQAR at every
 width, gated convolutions need more width as L grows, and hybrids with attention close
@@ -25,7 +26,7 @@ from tasks.mqar_data import key_distances, mqar_examples
 from zoo.causality import receptive_offsets
 
 from .report import markdown_table
-from .stats import best_over_lr, gap_interval
+from .stats import best_over_lr, gap_interval, mad_scores, published_mad_scores
 
 SOLVED = 0.99  # Zoology's stopping accuracy: a point at or above it is solved
 CHANCE = 0.01  # slack for guessing: a value is one of V/2 tokens (256 here)
@@ -169,3 +170,29 @@ def gap_placement(frame: pd.DataFrame, published: pd.DataFrame, setting: str = "
     return (f"Ours at {setting}: {said}. Of the {len(theirs)} published gaps at {setting} ({pct(min(theirs))} to "
             f"{pct(max(theirs))}), {below} lie below {it}, {len(theirs) - below - above} within and "
             f"{above} above.")
+
+
+def mad_agreement(frame: pd.DataFrame, published: pd.DataFrame) -> str:
+    """Per MAD task (and the task mean): the mixers both MAD's published table and our
+    records have, in MAD's order and in ours, and how many of their pairs keep MAD's
+    order (a tie on either side counts as kept)."""
+    ok = frame[(frame["task"] == "mad") & (frame["run_status"] == "ok")]
+    ours = mad_scores(ok)
+    pub = published[published["task"] == "mad"]
+    mixer_of = pub.groupby("model", sort=False)["mixer"].first()
+    theirs = published_mad_scores(published).rename(index=mixer_of, columns={"average": "task mean"})
+    theirs = theirs[~theirs.index.duplicated()]  # two Hyenas are one mixer we lack anyway
+    common = [m for m in theirs.index if m in ours.index]
+    rows = []
+    for task in [t for t in theirs.columns if t in ours.columns]:
+        have = [m for m in common if pd.notna(ours.at[m, task]) and pd.notna(theirs.at[m, task])]
+        if len(have) < 2:
+            continue
+        order = (lambda table: " > ".join(f"{m} {table.at[m, task]:.3f}"
+                                           for m in sorted(have, key=lambda m: -table.at[m, task])))
+        pairs = [(a, b) for i, a in enumerate(have) for b in have[i + 1:]]
+        kept = sum((theirs.at[a, task] - theirs.at[b, task]) * (ours.at[a, task] - ours.at[b, task]) >= 0
+                   for a, b in pairs)
+        rows.append([task, order(theirs), order(ours), f"{kept} of {len(pairs)}"])
+    header = ["task", "MAD (published)", "linbench (mad_cpu)", "pairs in MAD's order"]
+    return markdown_table(header, rows, ["---", "---", "---", "---:"])

@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from results.findings import gap_placement, reach_shares, zoology_findings
+from results.findings import gap_placement, mad_agreement, reach_shares, zoology_findings
 from results.headline import lm_table, mad_table, mqar_table, published_gaps
 from results.stats import gap_interval
 from tasks.mqar_data import key_distances, mqar_examples
@@ -122,3 +122,22 @@ def test_gap_placement_counts_the_published_gaps_around_the_interval():
     assert gap_placement(two, pub).endswith("1 lie below its interval, 1 within and 1 above.")
     assert f"[95 % CI {100 * low:+.1f} %, {100 * high:+.1f} %]" in gap_placement(two, pub)
     assert gap_placement(one[one["mixer"] == "attention"], pub).startswith("No Grassmann-vs-attention gap")
+
+
+def test_mad_agreement_counts_the_pairs_in_mads_order():
+    def run(label, task, acc):
+        return {"task": "mad", "run_status": "ok", "label": label, "mad_task": task, "setting": "s",
+                "lr": 1e-3, "weight_decay": 0.0, "accuracy": acc, "seed": 0}
+    frame = pd.DataFrame([run("attention", "compression", 0.5), run("mamba", "compression", 0.3),
+                          run("gla", "compression", 0.4), run("grassmann", "compression", 0.9),
+                          run("attention", "memorization", 1.0), run("gla", "memorization", 0.2)])
+    pub = pd.DataFrame([{"task": "mad", "model": model, "mixer": mixer, "setting": task, "value": v}
+                        for model, mixer, c, m in (("Transformer", "attention", 0.6, 0.9), ("Mamba", "mamba", 0.5, 0.8),
+                                                   ("GLA", "gla", 0.4, 0.7), ("Hyena", "hyena", 0.1, 0.1))
+                        for task, v in (("compression", c), ("memorization", m), ("average", (c + m) / 2))])
+    lines = mad_agreement(frame, pub).splitlines()
+    assert lines[0] == "| task | MAD (published) | linbench (mad_cpu) | pairs in MAD's order |"
+    assert lines[2] == ("| compression | attention 0.600 > mamba 0.500 > gla 0.400 | "
+                        "attention 0.500 > gla 0.400 > mamba 0.300 | 2 of 3 |")  # grassmann and hyena: one side only
+    assert lines[3] == "| memorization | attention 0.900 > gla 0.700 | attention 1.000 > gla 0.200 | 1 of 1 |"
+    assert lines[4].startswith("| task mean | attention 0.750 > mamba 0.650 > gla 0.550 | ")
