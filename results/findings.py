@@ -6,7 +6,8 @@ paper's hybrid finding (Arora et al. 2024) and this project's prediction for the
 mixer, one row each: the claim, the measured numbers it rests on, and whether it holds
 ("yes", "no (where)", "so far yes (k of n)" while points are missing, "untested" where the
 grid cannot show it). ``mad_agreement``: per MAD task, whether the mixers both MAD and we ran
-come in the same order. A local mixer's ceiling is measured, not assumed: the share of test
+come in the same order; ``mad_reach``: a local mixer's MAD scores beside the ceilings its
+receptive field sets (``tasks.mad_sources``). A local mixer's ceiling is measured, not assumed: the share of test
 queries whose value token lies within the receptive field of the model its records
 describe (``zoo.causality.receptive_offsets``), on the regenerated test split. Sources: Zoology (arXiv 2312.04927): attention solves MQAR at every
 width, gated convolutions need more width as L grows, and hybrids with attention close
@@ -22,6 +23,8 @@ import numpy as np
 import pandas as pd
 
 import zoo
+from tasks.mad_data import generate
+from tasks.mad_sources import answer_offsets
 from tasks.mqar_data import key_distances, mqar_examples
 from zoo.causality import receptive_offsets
 
@@ -40,11 +43,11 @@ def mqar_best(frame: pd.DataFrame) -> pd.DataFrame:
     return best_over_lr(ok, ["label", "seq_len", "d_model"])
 
 
-def _model(row: pd.Series):
+def _model(row: pd.Series, **override):
     """The model a record trained (at fresh weights), from its flattened config."""
     fields = {c.split(".", 2)[2]: row[c] for c in row.index
               if c.startswith("config.model.") and not c.startswith("config.model.mixer_options")}
-    fields = {k: v.item() if hasattr(v, "item") else v for k, v in fields.items()}
+    fields = {k: v.item() if hasattr(v, "item") else v for k, v in {**fields, **override}.items()}
     return zoo.build_model(zoo.ModelConfig(**fields, mixer_options=json.loads(row["mixer_options"])))
 
 
@@ -196,3 +199,33 @@ def mad_agreement(frame: pd.DataFrame, published: pd.DataFrame) -> str:
         rows.append([task, order(theirs), order(ours), f"{kept} of {len(pairs)}"])
     header = ["task", "MAD (published)", "linbench (mad_cpu)", "pairs in MAD's order"]
     return markdown_table(header, rows, ["---", "---", "---", "---:"])
+
+
+def mad_reach(frame: pd.DataFrame) -> str:
+    """Per mixer whose receptive field misses part of some setting's sequence (a local
+    one), per task: its score (best over the sweep, mean over the task's settings, as
+    ``mad_scores``) and its ceiling: the mean over the same settings of the share of
+    test targets with an answer inside the field ("–" for fuzzy recall, which has no
+    single answer position)."""
+    ok = frame[(frame["task"] == "mad") & (frame["run_status"] == "ok")]
+    best = best_over_lr(ok, ["label", "mad_task", "setting"])
+    answers = {}  # (task, setting, seed) -> answer offsets of the test split
+    lines, tasks = [], sorted(best["mad_task"].unique())
+    for label, mine in best.groupby("label"):
+        cells, local = {}, False
+        for task, grp in mine.groupby("mad_task"):
+            scores, ceilings = [], []
+            for _, row in grp.iterrows():
+                setting, L = json.loads(row["setting"]), json.loads(row["setting"])["seq_len"]
+                reach = sorted(receptive_offsets(_model(row, vocab_size=int(row["vocab_size"]), max_len=L), L))
+                local |= len(reach) < L
+                key = (task, row["setting"], int(row["seed"]))
+                if key not in answers:
+                    answers[key] = answer_offsets(task, *generate(task, setting, "test", key[2]), setting["vocab_size"])
+                scores.append(row["accuracy"])
+                ceilings.append(None if answers[key] is None else answers[key][:, reach].any(1).mean())
+            ceiling = "–" if None in ceilings else f"{np.mean(ceilings):.3f}"
+            cells[task] = f"{np.mean(scores):.3f} / {ceiling}"
+        if local:
+            lines.append([label, *(cells.get(t, "–") for t in tasks)])
+    return markdown_table(["mixer (score / ceiling)", *tasks], lines, ["---"] + ["---:"] * len(tasks))

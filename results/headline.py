@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .findings import gap_placement, mad_agreement, mqar_best, zoology_findings
+from .findings import gap_placement, mad_agreement, mad_reach, mqar_best, zoology_findings
 from .report import markdown_table
 from .stats import gap_interval, mad_scores, published_mad_scores
 
@@ -131,7 +131,8 @@ TABLES = {"mqar_cpu": ("mqar_cpu", mqar_table),
           "wikitext2_6L_cpu": ("wikitext2_6L_cpu", lm_table),
           "wikitext2_6L_cpu_gap": ("wikitext2_6L_cpu", lambda frame: gap_placement(frame, _published())),
           "mad_cpu": ("mad_cpu", mad_table),
-          "mad_cpu_agreement": ("mad_cpu", lambda frame: mad_agreement(frame, _published()))}
+          "mad_cpu_agreement": ("mad_cpu", lambda frame: mad_agreement(frame, _published())),
+          "mad_cpu_reach": ("mad_cpu", mad_reach)}
 
 
 def tables() -> dict[str, str]:

@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from results.findings import gap_placement, mad_agreement, reach_shares, zoology_findings
+from results.findings import gap_placement, mad_agreement, mad_reach, reach_shares, zoology_findings
 from results.headline import lm_table, mad_table, mqar_table, published_gaps
 from results.stats import gap_interval
 from tasks.mqar_data import key_distances, mqar_examples
@@ -141,3 +141,24 @@ def test_mad_agreement_counts_the_pairs_in_mads_order():
                         "attention 0.500 > gla 0.400 > mamba 0.300 | 2 of 3 |")  # grassmann and hyena: one side only
     assert lines[3] == "| memorization | attention 0.900 > gla 0.700 | attention 1.000 > gla 0.200 | 1 of 1 |"
     assert lines[4].startswith("| task mean | attention 0.750 > mamba 0.650 > gla 0.550 | ")
+
+
+def test_mad_reach_sets_each_local_mixers_scores_beside_its_ceilings():
+    from tasks.mad_data import mad_settings
+
+    def run(label, mixer, options, task, acc, lr=1e-3):
+        setting = {**mad_settings(task)[0], "num_test_examples": 20}
+        model = {"mixer": mixer, "d_model": 8, "n_layers": 2, "vocab_size": 16, "max_len": 8, "d_ff": 0}
+        return {"task": "mad", "run_status": "ok", "label": label, "mad_task": task, "lr": lr, "weight_decay": 0.0,
+                "setting": json.dumps(setting, sort_keys=True), "accuracy": acc, "seed": 0,
+                "vocab_size": setting["vocab_size"], "mixer_options": json.dumps(options),
+                **{f"config.model.{k}": v for k, v in model.items()}}
+    window = {"window": 4, "n_heads": 1}
+    frame = pd.DataFrame([run("win", "sliding_window", window, "compression", 0.2),
+                          run("win", "sliding_window", window, "compression", 0.25, lr=1e-2),
+                          run("win", "sliding_window", window, "memorization", 0.9),
+                          run("att", "attention", {"n_heads": 1}, "compression", 0.5)])
+    lines = mad_reach(frame).splitlines()
+    assert lines[0] == "| mixer (score / ceiling) | compression | memorization |"
+    # two windows of 4 see the last 9 of compression's 32 positions; memorization needs 1 back
+    assert lines[2:] == [f"| win | 0.250 / {9 / 32:.3f} | 0.900 / 1.000 |"]  # attention sees all: no row
