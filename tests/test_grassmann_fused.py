@@ -67,6 +67,37 @@ def assert_same(fast, ref, rtol, atol):
                                    msg=lambda m: f"{name}: {m}")
 
 
+@pytest.mark.parametrize("n, chunk", [(37, 1), (37, 5), (37, 37), (37, 64)])
+def test_chunked_bilinear_matches_the_outer_product(n, chunk):
+    """The CPU form of identity 2 (chunks of tokens, the outer product recomputed in the
+    backward) against the plain outer product and matmul, on every gradient, and with
+    only some inputs needing one."""
+    g = torch.Generator().manual_seed(n + chunk)
+    z, W, K = (torch.randn(*shape, generator=g, dtype=torch.float64).requires_grad_()
+               for shape in ((n, 5), (n, 5), (25, 7)))
+    assert torch.autograd.gradcheck(lambda *x: ops.ChunkedBilinear.apply(*x, chunk), (z, W, K))
+    plain = ((z[:, :, None] * W[:, None, :]).flatten(1) @ K, *torch.autograd.grad(
+        ((z[:, :, None] * W[:, None, :]).flatten(1) @ K).sum(), (z, W, K)))
+    out = ops.ChunkedBilinear.apply(z, W, K, chunk)
+    for a, b in zip((out, *torch.autograd.grad(out.sum(), (z, W, K))), plain):
+        torch.testing.assert_close(a, b)
+    dz, = torch.autograd.grad(ops.ChunkedBilinear.apply(z, W.detach(), K.detach(), chunk).sum(), (z,))
+    torch.testing.assert_close(dz, plain[1])
+
+
+def test_bilinear_runs_chunked_on_cpu_and_plain_under_compile(monkeypatch):
+    z, W = torch.randn(2, 3, 4), torch.randn(2, 3, 4)
+    K = torch.randn(4, 4, 6)
+    plain = (z[..., :, None] * W[..., None, :]).flatten(-2) @ K.flatten(0, 1)
+    calls, real = [], ops.ChunkedBilinear.apply
+    monkeypatch.setattr(ops.ChunkedBilinear, "apply", lambda *a: calls.append(a[3]) or real(*a))
+    torch.testing.assert_close(ops.bilinear(z, W, K), plain)
+    assert calls == [(1 << 19) // 16]  # one chunk of 2 MB of float32 outer products
+    monkeypatch.setattr(ops.torch.compiler, "is_compiling", lambda: True)
+    torch.testing.assert_close(ops.bilinear(z, W, K), plain)
+    assert len(calls) == 1
+
+
 def test_core_inputs_cover_both_sides_of_eps():
     z = core_inputs()[0].detach().double()
     norms = plucker(z[:, 1:], z[:, :-1]).norm(dim=-1)

@@ -113,6 +113,59 @@ def bilinear_weight(weight: torch.Tensor, r: int) -> torch.Tensor:
     return K.index_put((i, j), wt).index_put((j, i), -wt)
 
 
+class ChunkedBilinear(torch.autograd.Function):
+    """g = vec(z W^T) @ K over ``chunk`` tokens at a time. z, W: (n, r); K: (r*r, D).
+
+    The plain form writes the whole (n, r*r) outer product (64 MB at 16k tokens, r = 32)
+    and reads it back at each of its three uses (forward, dK, and the outer's own
+    gradient); on a CPU that memory traffic costs more than the matmuls. A chunk's outer
+    product stays in cache, and the backward recomputes it instead of saving it."""
+
+    @staticmethod
+    def forward(ctx, z, W, K, chunk):
+        r = z.shape[1]
+        g = z.new_empty(z.shape[0], K.shape[1])
+        for s in range(0, z.shape[0], chunk):
+            outer = torch.bmm(z[s:s + chunk, :, None], W[s:s + chunk, None, :]).view(-1, r * r)
+            torch.mm(outer, K, out=g[s:s + chunk])
+        ctx.save_for_backward(z, W, K)
+        ctx.chunk = chunk
+        return g
+
+    @staticmethod
+    def backward(ctx, dg):
+        z, W, K = ctx.saved_tensors
+        need_z, need_w, need_k = ctx.needs_input_grad[:3]
+        r, chunk = z.shape[1], ctx.chunk
+        dz = torch.empty_like(z) if need_z else None
+        dW = torch.empty_like(W) if need_w else None
+        dK = torch.zeros_like(K) if need_k else None
+        for s in range(0, z.shape[0], chunk):
+            part = slice(s, s + chunk)
+            if need_k:
+                outer = torch.bmm(z[part, :, None], W[part, None, :]).view(-1, r * r)
+                dK.addmm_(outer.t(), dg[part])
+            d_outer = torch.mm(dg[part], K.t()).view(-1, r, r)  # d g / d (z_i W_j)
+            if need_z:
+                dz[part] = torch.bmm(d_outer, W[part, :, None])[..., 0]
+            if need_w:
+                dW[part] = torch.bmm(d_outer.transpose(1, 2), z[part, :, None])[..., 0]
+        return dz, dW, dK, None
+
+
+def bilinear(z: torch.Tensor, W: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
+    """g_t = sum_ij K[i, j] z_i W_j (identity 2): (B, L, r) twice and K (r, r, D) ->
+    (B, L, D). On a CPU in chunks (``ChunkedBilinear``); elsewhere, and under
+    torch.compile (which fuses on its own), the plain outer product and one matmul."""
+    B, L, r = z.shape
+    Kf = K.flatten(0, 1).to(z.dtype)  # (r*r, D)
+    if z.device.type == "cpu" and not torch.compiler.is_compiling():
+        chunk = max(1, (1 << 19) // (r * r))  # a 2 MB float32 outer product per chunk
+        g = ChunkedBilinear.apply(z.reshape(B * L, r), W.reshape(B * L, r), Kf, chunk)
+        return g.view(B, L, -1)
+    return (z[..., :, None] * W[..., None, :]).flatten(-2) @ Kf  # (B, L, r*r) @ (r*r, D)
+
+
 def grassmann_features_factored(z, weight, bias, offsets, pairing="past", normalize=True,
                                 eps=1e-6, aggregate="mean"):
     """``grassmann_features`` through identities 1 and 2, in plain torch: the same
@@ -121,8 +174,7 @@ def grassmann_features_factored(z, weight, bias, offsets, pairing="past", normal
     # The norms are Lagrange differences: form them in float32 at least.
     zc = z.float() if z.dtype in HALF else z
     W = combine_partners(zc, offsets, pairing, normalize, eps, aggregate).to(z.dtype)  # (B, L, r)
-    outer = (z[..., :, None] * W[..., None, :]).flatten(-2)  # (B, L, r*r): z_i W_j
-    g = outer @ bilinear_weight(weight, r).flatten(0, 1).to(z.dtype)  # (B, L, D)
+    g = bilinear(z, W, bilinear_weight(weight, r))  # (B, L, D)
     if bias is None:
         return g
     return g + bias_scale(L, offsets, pairing, aggregate, z.device, z.dtype) * bias
