@@ -107,6 +107,9 @@ def test_cache_round_trip_and_key(tmp_path):
     load_split(cfg.replace(power_a=0.5), "train")  # another generator config, another file
     assert len(list(tmp_path.glob("mqar/mqar-train-*.pt"))) == 2
     assert load_split(cfg, "test")[0].shape == (50, 64)
+    # a file of an older layout under the same name is rebuilt, not misread
+    torch.save({"inputs": x.int(), "labels": y.int(), "key": {}}, files[0])
+    assert torch.equal(load_split(cfg, "train")[1], y) and "targets" in torch.load(files[0])
 
 
 def test_config_validation():
