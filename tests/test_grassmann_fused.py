@@ -92,7 +92,7 @@ def test_bilinear_runs_chunked_on_cpu_and_plain_under_compile(monkeypatch):
     calls, real = [], ops.ChunkedBilinear.apply
     monkeypatch.setattr(ops.ChunkedBilinear, "apply", lambda *a: calls.append(a[3]) or real(*a))
     torch.testing.assert_close(ops.bilinear(z, W, K), plain)
-    assert calls == [(1 << 19) // 16]  # one chunk of 2 MB of float32 outer products
+    assert calls == [(1 << 18) // 16]  # chunks of 1 MB of float32 outer products
     monkeypatch.setattr(ops.torch.compiler, "is_compiling", lambda: True)
     torch.testing.assert_close(ops.bilinear(z, W, K), plain)
     assert len(calls) == 1
