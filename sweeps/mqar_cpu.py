@@ -10,7 +10,11 @@ warm-up steps; a step budget per L. The figure keeps the best learning rate per 
 The mixers: attention (the proof that the budget suffices), the 16-token sliding window
 (the local control), the Grassmann mixer (offsets up to 16: the prediction is that it
 behaves like the window), mamba2, rwkv6, gated_deltanet, and a hybrid whose second layer
-is attention (does one attention layer give the Grassmann mixer recall?).
+is attention (does one attention layer give the Grassmann mixer recall?). Zoology's rule
+gives the Grassmann mixer no positions, as it does every mixer that sees order by itself;
+the paper's LM adds learned ones, and its mixer's shared projection of the mean over its
+offsets cannot tell which offset a partner came from. So a control, at L 64 only (where the
+window recalls and the Grassmann mixer does not): the Grassmann mixer with learned positions.
 
     linbench run mqar_cpu --parallel 2 --results-dir results/reference
     linbench plot mqar_cpu --results-dir results/reference && linbench report mqar_cpu --results-dir results/reference
@@ -27,8 +31,11 @@ MIXERS = {  # label: (mixer, options, model overrides)
     "rwkv6": ("rwkv6", {}, None),
     "gated_deltanet": ("gated_deltanet", {}, None),
     "grassmann+attention": ("grassmann", {"impl": "factored"}, ATTENTION_LAYER),
+    "grassmann+positions": ("grassmann", {"impl": "factored"}, {"positions": "learned"}),
 }
+LENGTHS = {"grassmann+positions": (64,)}  # a control, not a row of the figure
 
 configs = [RunConfig("mqar", cfg, label=label)
            for label, (mixer, options, model) in MIXERS.items()
-           for cfg in grid_configs(CPU_GRID, mixer, options, model_overrides=model)]
+           for cfg in grid_configs(CPU_GRID, mixer, options, model_overrides=model)
+           if cfg.seq_len in LENGTHS.get(label, (cfg.seq_len,))]

@@ -205,7 +205,7 @@ def grid_configs(grid: dict, mixer: str, mixer_options: dict | None = None, seed
             for lr in grid["lr"]:
                 model = ModelConfig(vocab_size=V, d_model=d_model, n_layers=n_layers, max_len=L,
                                     d_ff=grid["d_ff"], mixer=mixer, mixer_options=options,
-                                    positions=positions, **(model_overrides or {}))
+                                    **{"positions": positions, **(model_overrides or {})})
                 out.append(MQARConfig(seed=seed, model=model, train=TrainConfig(**train_kw, lr=lr),
                                       seq_len=L, num_kv_pairs=point["num_kv_pairs"], vocab_size=V,
                                       num_train_examples=n_train,

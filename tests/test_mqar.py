@@ -282,8 +282,11 @@ def test_the_cpu_sweep_is_zoologys_grid_scaled_down():
     labels = {r.label for r in runs}
     assert {"attention", "sliding_window", "grassmann", "mamba2", "rwkv6", "gated_deltanet",
             "grassmann+attention"} <= labels
-    per_label = len(CPU_GRID["points"]) * len(CPU_GRID["d_model"]) * len(CPU_GRID["lr"])
-    assert len(runs) == per_label * len(labels) and len(CPU_GRID["lr"]) >= 3
+    per_point = len(CPU_GRID["d_model"]) * len(CPU_GRID["lr"])
+    control = [r.config for r in runs if r.label == "grassmann+positions"]  # L 64 only
+    assert {c.seq_len for c in control} == {64} and {c.model.positions for c in control} == {"learned"}
+    assert len(control) == per_point and len(CPU_GRID["lr"]) >= 3
+    assert len(runs) - len(control) == per_point * len(CPU_GRID["points"]) * (len(labels) - 1)
     assert len(CPU_GRID["points"]) >= 3 and len(CPU_GRID["d_model"]) >= 2
     for key in ("power_a", "num_train_examples"):  # defaults or Zoology's, never redefined
         assert CPU_GRID.get(key) == ZOOLOGY_FIG2_GRID.get(key), key
