@@ -1,19 +1,18 @@
 """Published findings checked against the records: the README's point-by-point
 comparisons are computed here, so a verdict changes when the records do, never by hand.
 
-``zoology_findings``: Zoology's MQAR findings (Arora et al. 2023, Fig. 2), the Based
-paper's hybrid finding (Arora et al. 2024) and this project's prediction for the Grassmann
-mixer, one row each: the claim, the measured numbers it rests on, and whether it holds
-("yes", "no (where)", "so far yes (k of n)" while points are missing, "untested" where the
-grid cannot show it). ``mad_agreement``: per MAD task, whether the mixers both MAD and we ran
-come in the same order; ``mad_reach``: a local mixer's MAD scores beside the ceilings its
-receptive field sets (``tasks.mad_sources``). A local mixer's ceiling is measured, not assumed: the share of test
-queries whose value token lies within the receptive field of the model its records
-describe (``zoo.causality.receptive_offsets``), on the regenerated test split. Sources: Zoology (arXiv 2312.04927): attention solves MQAR at every
-width, gated convolutions need more width as L grows, and hybrids with attention close
-most of the gap; Based (arXiv 2402.18668): a model's recall is bounded by its state, a
-sliding window's by its window. ``gap_placement``: where our Grassmann-vs-attention gap, with its
-interval, falls among the published gaps.
+``zoology_findings``: one row per finding of Zoology (arXiv 2312.04927: attention solves MQAR
+at every width, fixed-state mixers need more state as L grows, hybrids with attention close
+most of the gap) and Based (arXiv 2402.18668: recall is bounded by the state, a sliding
+window's by its window), and for this project's prediction for the Grassmann mixer: the
+claim, the numbers it rests on, and whether it holds ("yes", "no (where)", "so far yes (k of
+n)" while points are missing, "untested" where the grid cannot show it). A local mixer's
+ceiling is measured, not assumed: the share of test targets whose answer lies within the
+receptive field of the model its records describe (``zoo.causality.receptive_offsets``),
+on the regenerated test split. ``gap_placement``: where our Grassmann-vs-attention gap, with
+its interval, falls among the published ones. ``mad_agreement``: per MAD task, whether the
+mixers both MAD and we ran come in the same order. ``mad_reach``: a local mixer's MAD
+scores beside the ceilings its receptive field sets (``tasks.mad_sources``).
 """
 from __future__ import annotations
 
@@ -216,7 +215,8 @@ def mad_reach(frame: pd.DataFrame) -> str:
         for task, grp in mine.groupby("mad_task"):
             scores, ceilings = [], []
             for _, row in grp.iterrows():
-                setting, L = json.loads(row["setting"]), json.loads(row["setting"])["seq_len"]
+                setting = json.loads(row["setting"])
+                L = setting["seq_len"]
                 reach = sorted(receptive_offsets(_model(row, vocab_size=int(row["vocab_size"]), max_len=L), L))
                 local |= len(reach) < L
                 key = (task, row["setting"], int(row["seed"]))
