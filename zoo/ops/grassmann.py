@@ -49,6 +49,7 @@ import os
 import sys
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from .fastpath import optional
 
@@ -135,6 +136,7 @@ class ChunkedBilinear(torch.autograd.Function):
         return g
 
     @staticmethod
+    @once_differentiable  # a second derivative would need its own formula: refuse it clearly
     def backward(ctx, dg):
         z, W, K = ctx.saved_tensors
         need_z, need_w, need_k = ctx.needs_input_grad[:3]
