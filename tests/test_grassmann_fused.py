@@ -83,6 +83,10 @@ def test_chunked_bilinear_matches_the_outer_product(n, chunk):
         torch.testing.assert_close(a, b)
     dz, = torch.autograd.grad(ops.ChunkedBilinear.apply(z, W.detach(), K.detach(), chunk).sum(), (z,))
     torch.testing.assert_close(dz, plain[1])
+    v = torch.ones_like(out, requires_grad=True)
+    dz, = torch.autograd.grad(ops.ChunkedBilinear.apply(z, W, K, chunk), (z,), v, create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate twice"):  # no silent second derivative
+        dz.sum().backward()
 
 
 def test_bilinear_runs_chunked_on_cpu_and_plain_under_compile(monkeypatch):
