@@ -123,6 +123,16 @@ def zoology_findings(frame: pd.DataFrame) -> str:
     rows.append([f"the Grassmann mixer behaves like the window (within {LIKE} of it at every point)",
                  "our prediction (issue 16)", evidence, _verdict(checks, len(pairs))])
 
+    control = [L for L in lengths if any(("grassmann+positions", L, d) in at for d in widths)] or lengths[:1]
+    checks = [(complete(("grassmann+positions", L, d), ("grassmann", L, d)),
+               complete(("grassmann+positions", L, d), ("grassmann", L, d))
+               and abs(at["grassmann+positions", L, d][0] - at["grassmann", L, d][0]) <= LIKE,
+               f"L {L} d {d}") for L in control for d in widths]
+    evidence = "; ".join(f"L {L}: {widths_at('grassmann+positions', L)} vs {widths_at('grassmann', L)}"
+                         for L in control)
+    rows.append([f"learned positions (the paper's LM) do not change the Grassmann row (within {LIKE})",
+                 "our control", evidence, _verdict(checks, len(checks))])
+
     for label in FIXED_STATE:
         mine = [(L, d) for L, d in pairs if (label, L, d) in at]
         evidence = "; ".join(f"d {d}: " + " → ".join(cell(label, L, d) for L in lengths) for d in widths)

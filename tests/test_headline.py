@@ -89,12 +89,13 @@ def test_zoology_findings_judge_each_claim_from_the_best_lr():
             rows += [_mqar("rwkv6", L, d, lr, 1.0) for lr in (1e-3, 1e-2)]
     rows += [_mqar("gated_deltanet", 64, 32, lr, 0.9) for lr in (1e-3, 1e-2)]
     rows += [_mqar("gated_deltanet", 128, 32, 1e-3, 0.3)]  # one of its two lrs: not complete
+    rows += [_mqar("grassmann+positions", 64, d, lr, 0.1) for d in (32, 64) for lr in (1e-3, 1e-2)]
     rows += [_mqar("grassmann+attention", 64, 64, lr, 0.999) for lr in (1e-3, 1e-2)]
     rows.append({**_mqar("grassmann+attention", 128, 64, 1e-3, 1.0), "run_status": "failed"})
     verdicts = {line.split(" | ")[0][2:]: line.rsplit(" | ", 1)[1][:-2]
                 for line in zoology_findings(pd.DataFrame(rows)).splitlines()[2:]}
     got = {claim.split(",")[0].split(" ")[0]: v for claim, v in verdicts.items()}
-    assert got == {"attention": "yes", "a": "yes", "the": "yes", "mamba2": "yes",
+    assert got == {"attention": "yes", "a": "yes", "the": "yes", "learned": "yes", "mamba2": "yes",
                    "rwkv6": "untested: solves every point", "gated_deltanet": "pending",
                    "one": "so far yes (1 of 2)"}
     # a window above its reach, or a Grassmann row far from the window's, is named
