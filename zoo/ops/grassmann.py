@@ -39,8 +39,9 @@ gradient) where |p| < eps. Here the rsqrt of |p|^2 is only taken where |p|^2 > e
 (a double ``where``), so its gradient stays finite at |p| = 0.
 
 ``grassmann_features_factored`` is this formulation in plain torch (the readable
-form of the Triton kernel, same signature as the reference); ``_compiled`` wraps it
-in ``torch.compile``; ``grassmann_features_fused`` runs the Triton kernels of
+form of the Triton kernel, same signature as the reference; on a CPU its bilinear form
+runs in chunks of tokens, ``ChunkedBilinear``); ``_compiled`` wraps it in
+``torch.compile``; ``grassmann_features_fused`` runs the Triton kernels of
 ``grassmann_triton.py``.
 """
 from __future__ import annotations
