@@ -170,10 +170,10 @@ def gap_placement(frame: pd.DataFrame, published: pd.DataFrame, setting: str = "
         if {"attention", "grassmann"} <= set(by.index):
             theirs.append(float(by["grassmann"]) / float(by["attention"]) - 1)
     pct = (lambda x: f"{100 * x:+.1f} %".replace("-", "−"))
-    seeds = f"{len(ours['grassmann'])} Grassmann and {len(ours['attention'])} attention seeds"
+    seeds = f"seeds: {len(ours['grassmann'])} Grassmann, {len(ours['attention'])} attention"
     if low is None:
         lo = hi = gap
-        said = f"{pct(gap)} ({seeds}: no interval yet)"
+        said = f"{pct(gap)} ({seeds}; no interval yet)"
     else:
         lo, hi = low, high
         said = f"{pct(gap)} [95 % CI {pct(low)}, {pct(high)}] ({seeds})"

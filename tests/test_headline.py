@@ -114,7 +114,7 @@ def test_gap_placement_counts_the_published_gaps_around_the_interval():
                         for m, v in (("attention", a), ("grassmann", g))])
     one = pd.DataFrame([run("attention", 0, 100.0), run("grassmann", 0, 125.0)])
     assert gap_placement(one, pub) == (
-        "Ours at 6L/128: +25.0 % (1 Grassmann and 1 attention seeds: no interval yet). Of the 3 published "
+        "Ours at 6L/128: +25.0 % (seeds: 1 Grassmann, 1 attention; no interval yet). Of the 3 published "
         "gaps at 6L/128 (+1.0 % to +90.0 %), 2 lie below it, 0 within and 1 above.")
     two = pd.DataFrame([run("attention", 0, 100.0), run("attention", 1, 101.0),
                         run("grassmann", 0, 124.0), run("grassmann", 1, 126.0)])
