@@ -77,6 +77,7 @@ def _verdict(checks: list[tuple[bool, bool, str]], expected: int) -> str:
 
 
 def zoology_findings(frame: pd.DataFrame) -> str:
+    """The README's MQAR table of findings (module docstring), from mqar_cpu's records."""
     best = mqar_best(frame)
     lengths, widths = sorted(best["seq_len"].unique()), sorted(best["d_model"].unique())
     full = best["lrs_tried"].max()
