@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import collections
 import shutil
+import statistics
 import sys
 from pathlib import Path
 
@@ -168,18 +169,55 @@ def _states(args, sweep) -> dict[str, str]:
     return out
 
 
+def _distance(a: dict, b: dict) -> int:
+    return sum(a.get(k) != b.get(k) for k in a.keys() | b.keys())
+
+
+def time_left(sweep, states: dict[str, str], heartbeats: dict[str, dict], walls: dict[str, float]) -> str:
+    """The training time the runs a later `run` would train still need, summed over runs
+    (so divide by --parallel): a run with a heartbeat by its ETA, any other by the median
+    wall time of the finished runs nearest to it in config (fewest differing fields: a
+    change of length moves several, a change of lr one), of its own label where it has
+    any, else of any label (a rough guess: mixers differ in cost), and said which.
+    Medians over finished runs count the early stops that runs still to come will make too."""
+    flat = {run.run_id: _flatten(canonical(run.config)) for run in sweep.runs}
+    todo = [run for run in sweep.runs if states[run.run_id] not in FINAL]
+    if not todo:
+        return "left: nothing"
+    seconds, how = 0.0, collections.Counter()
+    for run in todo:
+        eta = (heartbeats.get(run.run_id) or {}).get("eta_s")
+        own = [p for p in sweep.runs if p.name == run.name and p.run_id in walls]
+        peers = own or [p for p in sweep.runs if p.run_id in walls]
+        if eta is not None:
+            seconds += eta
+            how["by its ETA"] += 1
+        elif peers:
+            dist = {p.run_id: _distance(flat[run.run_id], flat[p.run_id]) for p in peers}
+            nearest = min(dist.values())
+            seconds += statistics.median(walls[p] for p, d in dist.items() if d == nearest)
+            how["by finished runs of its label" if own else "by finished runs of other labels (rough)"] += 1
+        else:
+            how["unknown (nothing finished yet), not counted"] += 1
+    return (f"left: {len(todo)} run(s), about {seconds / 3600:.1f} h of training summed over runs ("
+            + ", ".join(f"{n} {what}" for what, n in how.items()) + ")")
+
+
 def cmd_status(args, sweep) -> int:
     states = _states(args, sweep)
     counts = collections.Counter(states.values())
+    heartbeats, walls = {}, {}
     for run in sweep.runs:
         status = states[run.run_id]
-        if status == "ok":
-            continue
         rec = read_record(record_path(args.results_dir, sweep.name, run.run_id)) or {}
+        if status == "ok":
+            walls[run.run_id] = (rec.get("metrics") or {}).get("wall_time") or 0.0
+            continue
         detail = (rec.get("error") or "").strip().splitlines()[-1:]
         progress = read_progress(workdir_for(args.results_dir, sweep.name, run.run_id))
         if not rec and progress:
             detail = [format_line(progress)]
+            heartbeats[run.run_id] = progress
         if rec.get("error"):
             detail.append(f"(linbench logs {sweep.name} {run.run_id})")
         print(f"  {run.run_id}  {status:<8} {run.task:<10} {run.name}  {' '.join(detail)}")
@@ -187,6 +225,7 @@ def cmd_status(args, sweep) -> int:
     stale = len([r for r in load_records(Path(args.results_dir) / sweep.name) if r.get("run_id") not in ids])
     print(f"{sweep.name}: {len(sweep)} runs: " + ", ".join(f"{n} {s}" for s, n in counts.most_common())
           + (f" ({stale} record(s) of configs no longer in the sweep)" if stale else ""))
+    print(time_left(sweep, states, heartbeats, walls))
     return 0 if counts["ok"] == len(sweep) else 1
 
 

@@ -21,7 +21,7 @@ from sweeps.launch import workdir_for
 from sweeps.ledger import is_running, read_ledger
 from sweeps.slurm import signal_lead, slurm_parameters
 from tasks.progress import write_progress
-from test_sweeps import TESTS, records, toy_task  # noqa: F401  (the autouse fixture registers the toy task)
+from test_sweeps import TESTS, records, sweep_of, toy, toy_task  # noqa: F401  (the autouse fixture registers the toy task)
 
 TRAIN = {"steps": 8, "batch_size": 4, "lr": 1e-2, "warmup_steps": 1, "eval_every": 4, "device": "cpu"}
 
@@ -95,6 +95,24 @@ def test_a_run_in_flight_is_not_submitted_again_and_status_says_so(tmp_path, cap
     (workdir / "checkpoint.pt").touch()  # no lock, a checkpoint: partial
     cli(["status", str(path), "--results-dir", str(tmp_path)])
     assert "1 partial" in capsys.readouterr().out
+
+
+def test_time_left_uses_a_heartbeat_else_the_nearest_finished_runs_and_says_which():
+    a1, a2, a3 = toy("a", seed=0), toy("a", seed=1), toy("a", seed=1, step_delay=0.5)
+    b1, c1 = toy("b", seed=2), toy("c", seed=3)
+    sweep = sweep_of(a1, a2, a3, b1, c1)
+    ok = {a1.run_id: 3600.0, a2.run_id: 3 * 3600.0}
+    states = {r.run_id: "ok" if r.run_id in ok else "not run" for r in sweep.runs}
+    # a3 differs from a2 in one field, from a1 in two: a2's 3 h; b1's heartbeat: 0.5 h;
+    # c1 has no finished run of its label: its nearest of any label (a1 and a2, both 2
+    # fields away) give their median, 2 h
+    line = cli_module.time_left(sweep, states, {b1.run_id: {"eta_s": 1800.0}}, ok)
+    assert line == ("left: 3 run(s), about 5.5 h of training summed over runs (1 by finished runs of its label, "
+                    "1 by its ETA, 1 by finished runs of other labels (rough))")
+    states[c1.run_id] = "diverged"  # final: not run again, not counted
+    line = cli_module.time_left(sweep, states, {}, {})
+    assert line == "left: 2 run(s), about 0.0 h of training summed over runs (2 unknown (nothing finished yet), not counted)"
+    assert cli_module.time_left(sweep, dict.fromkeys(states, "ok"), {}, ok) == "left: nothing"
 
 
 def test_ctrl_c_says_what_runs_on_and_how_to_cancel_it(tmp_path, capsys, monkeypatch):
