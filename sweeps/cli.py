@@ -3,15 +3,17 @@
     linbench run smoke                                  # local, one run at a time
     linbench run sweeps/mqar.py --parallel 2
     linbench run wikitext2_paper --executor slurm --partition gpu --gpus 1 --time 240
-    linbench status smoke                               # queued / running / partial / ok / failed ...
+    linbench status smoke                               # queued / running / partial / ok / failed ..., time left
     linbench logs smoke RUN                             # a run's error and the tail of its log
     linbench cancel smoke                               # stop its jobs; a later `run` resumes them
     linbench plot smoke && linbench report smoke
+    linbench export smoke                               # results/smoke/runs.csv: a row per run
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import json
 import shutil
 import statistics
 import sys
@@ -85,7 +87,7 @@ def parser() -> argparse.ArgumentParser:
                    help="any other sbatch option, e.g. --slurm-arg exclude=node3 (repeatable)")
     s.add_argument("--wait", action="store_true", help="block until every submitted run has a record")
 
-    verb("status", "each run: queued, running, partial (step, ETA), ok, failed, diverged ...")
+    verb("status", "each run: queued, running, partial (step, ETA), ok, failed, diverged ...; time left")
     logs = verb("logs", "print a run's error and the tail of its job log")
     logs.add_argument("run", help="a run id (or its first characters) or a label")
     logs.add_argument("--lines", type=int, default=40, help="lines of the log's tail (default 40)")
@@ -95,6 +97,8 @@ def parser() -> argparse.ArgumentParser:
     report = verb("report", "write a Markdown report beside the published numbers")
     report.add_argument("--out", help="file (default RESULTS_DIR/SWEEP/report.md)")
     report.add_argument("--published", default=str(PUBLISHED), help="CSV of published numbers")
+    export = verb("export", "write the records as one CSV table (a row per run, or per point)")
+    export.add_argument("--out", help="file (default RESULTS_DIR/SWEEP/runs.csv)")
     return p
 
 
@@ -293,11 +297,23 @@ def cmd_report(args, sweep) -> int:
     return 0
 
 
+def cmd_export(args, sweep) -> int:
+    """The table the plots and the report read (``results.records.records_frame``: config
+    fields as ``config.<path>``, metrics by their names), for pandas or a spreadsheet
+    elsewhere; curves (lists) stay JSON in their cells."""
+    out = Path(args.out or Path(args.results_dir) / sweep.name / "runs.csv")
+    frame = _frame(args, sweep)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    frame.map(lambda v: json.dumps(v) if isinstance(v, (list, dict)) else v).to_csv(out, index=False)
+    print(f"{out}: {len(frame)} rows, {len(frame.columns)} columns")
+    return 0
+
+
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
         sweep = load_sweep(args.sweep)
-        verbs = {"run": cmd_run, "status": cmd_status, "logs": cmd_logs, "cancel": cmd_cancel,
+        verbs = {"run": cmd_run, "status": cmd_status, "logs": cmd_logs, "cancel": cmd_cancel, "export": cmd_export,
                  "plot": cmd_plot, "report": cmd_report}
         return verbs[args.verb](args, sweep)
     except SweepError as exc:

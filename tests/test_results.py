@@ -262,6 +262,10 @@ def test_cli_plot_and_report_read_the_sweep_records(tmp_path, capsys):
     assert cli(["report", str(path), "--results-dir", res]) == 0
     report = (tmp_path / "res" / "toys" / "report.md").read_text()
     assert "2 runs: 2 ok" in report and "## toy" in report and "loss" in report
+    assert cli(["export", str(path), "--results-dir", res]) == 0
+    table = pd.read_csv(tmp_path / "res" / "toys" / "runs.csv")
+    assert sorted(table["config.seed"]) == [0, 1] and set(table["status"]) == {"ok"}
+    assert json.loads(table["config.train.betas"][0]) == [0.9, 0.95]  # lists as JSON, readable elsewhere
 
 
 def test_report_scaling_tables_have_a_column_per_length_and_mark_oom():
