@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
 import shutil
 import statistics
@@ -65,6 +66,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--dry-run", action="store_true", help="validate and list what would run, run nothing")
     run.add_argument("--threads", type=int, help="torch threads per run (default: the cores it is "
                      "given: --cpus-per-task on Slurm, cores / --parallel locally); recorded")
+    run.add_argument("--only", action="append", metavar="LABEL", help="run only the runs of this label "
+                     "(or run id, or its first characters); repeatable, e.g. the baseline first")
     run.add_argument("--rerun-diverged", action="store_true",
                      help="run diverged runs again (by default a diverged run is final)")
     s = run.add_argument_group("slurm")
@@ -120,7 +123,21 @@ def _flatten(obj, prefix="") -> dict:
     return {prefix[:-1]: obj}
 
 
+def _only(sweep, keys: list[str] | None):
+    """The sweep cut to the runs whose label is one of ``keys`` or whose id starts with one."""
+    if not keys:
+        return sweep
+    unknown = [k for k in keys if not any(r.name == k or r.run_id.startswith(k) for r in sweep.runs)]
+    if unknown:
+        labels = ", ".join(dict.fromkeys(r.name for r in sweep.runs))
+        raise SweepError(f"--only {', '.join(unknown)}: no run of {sweep.name} has that label or id; "
+                         f"its labels: {labels}")
+    return dataclasses.replace(sweep, runs=[r for r in sweep.runs
+                                            if r.name in keys or any(r.run_id.startswith(k) for k in keys)])
+
+
 def cmd_run(args, sweep) -> int:
+    sweep = _only(sweep, args.only)
     final = tuple(s for s in FINAL if not (args.rerun_diverged and s == "diverged"))
     if args.dry_run:
         diff = distinguishing(sweep.runs)

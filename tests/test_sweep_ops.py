@@ -97,6 +97,20 @@ def test_a_run_in_flight_is_not_submitted_again_and_status_says_so(tmp_path, cap
     assert "1 partial" in capsys.readouterr().out
 
 
+def test_only_runs_the_named_labels_and_names_the_labels_when_none_matches(tmp_path, capsys):
+    path = sweep_file(tmp_path, 'RunConfig("toy", {"seed": 0, "train": train}, "base")',
+                      'RunConfig("toy", {"seed": 1, "train": train}, "other")',
+                      'RunConfig("toy", {"seed": 2, "train": train}, "other")')
+    argv = ["run", str(path), "--executor", "debug", "--results-dir", str(tmp_path)]
+    assert cli([*argv, "--only", "nope"]) == 2
+    assert "--only nope: no run of ops has that label or id; its labels: base, other" in capsys.readouterr().err
+    assert cli([*argv, "--only", "base"]) == 0
+    assert [r["label"] for r in records(tmp_path, "ops").values()] == ["base"]
+    third = cli_module.load_sweep(path).runs[2].run_id
+    assert cli([*argv, "--only", third[:6]]) == 0  # a run id's first characters
+    assert sorted(r["config"]["seed"] for r in records(tmp_path, "ops").values()) == [0, 2]
+
+
 def test_time_left_uses_a_heartbeat_else_the_nearest_finished_runs_and_says_which():
     a1, a2, a3 = toy("a", seed=0), toy("a", seed=1), toy("a", seed=1, step_delay=0.5)
     b1, c1 = toy("b", seed=2), toy("c", seed=3)
