@@ -19,6 +19,7 @@ from sweeps import cli as cli_module
 from sweeps.cli import main as cli
 from sweeps.launch import workdir_for
 from sweeps.ledger import is_running, read_ledger
+from sweeps.overview import time_left
 from sweeps.slurm import signal_lead, slurm_parameters
 from tasks.progress import write_progress
 from test_sweeps import TESTS, records, sweep_of, toy, toy_task  # noqa: F401  (the autouse fixture registers the toy task)
@@ -120,13 +121,13 @@ def test_time_left_uses_a_heartbeat_else_the_nearest_finished_runs_and_says_whic
     # a3 differs from a2 in one field, from a1 in two: a2's 3 h; b1's heartbeat: 0.5 h;
     # c1 has no finished run of its label: its nearest of any label (a1 and a2, both 2
     # fields away) give their median, 2 h
-    line = cli_module.time_left(sweep, states, {b1.run_id: {"eta_s": 1800.0}}, ok)
+    line = time_left(sweep, states, {b1.run_id: {"eta_s": 1800.0}}, ok)
     assert line == ("left: 3 run(s), about 5.5 h of training summed over runs (1 by finished runs of its label, "
                     "1 by its ETA, 1 by finished runs of other labels (rough))")
     states[c1.run_id] = "diverged"  # final: not run again, not counted
-    line = cli_module.time_left(sweep, states, {}, {})
+    line = time_left(sweep, states, {}, {})
     assert line == "left: 2 run(s), about 0.0 h of training summed over runs (2 unknown (nothing finished yet), not counted)"
-    assert cli_module.time_left(sweep, dict.fromkeys(states, "ok"), {}, ok) == "left: nothing"
+    assert time_left(sweep, dict.fromkeys(states, "ok"), {}, ok) == "left: nothing"
 
 
 def test_ctrl_c_says_what_runs_on_and_how_to_cancel_it(tmp_path, capsys, monkeypatch):
