@@ -6,7 +6,9 @@ at every width, fixed-state mixers need more state as L grows, hybrids with atte
 most of the gap) and Based (arXiv 2402.18668: recall is bounded by the state, a sliding
 window's by its window), and for this project's prediction for the Grassmann mixer: the
 claim, the numbers it rests on, and whether it holds ("yes", "no (where)", "so far yes (k of
-n)" while points are missing, "untested" where the grid cannot show it). A local mixer's
+n)" while points are missing, "untested" where the grid cannot show it; a place marked †
+involves a point, unsolved but above chance, whose best learning rate is an end of the
+grid, which may not bracket its best, so its "no" may be the grid's). A local mixer's
 ceiling is measured, not assumed: the share of test targets whose answer lies within the
 receptive field of the model its records describe (``zoo.causality.receptive_offsets``),
 on the regenerated test split. ``gap_placement``: where our Grassmann-vs-attention gap, with
@@ -82,7 +84,11 @@ def zoology_findings(frame: pd.DataFrame) -> str:
     lengths, widths = sorted(best["seq_len"].unique()), sorted(best["d_model"].unique())
     full = best["lrs_tried"].max()
     at = {(r.label, r.seq_len, r.d_model): (r.accuracy, r.lrs_tried == full) for r in best.itertuples()}
+    edged = {(r.label, r.seq_len, r.d_model) for r in best.itertuples() if r.lr_edge and CHANCE < r.accuracy < SOLVED}
     wide = widths[-1]
+
+    def mark(where, *points):  # † as in the accuracy table: the lr grid may not bracket a point's best
+        return where + ("†" if edged.intersection(points) else "")
 
     def cell(label, L, width):
         return f"{at[label, L, width][0]:.3f}" if (label, L, width) in at else "–"
@@ -97,7 +103,7 @@ def zoology_findings(frame: pd.DataFrame) -> str:
 
     def solves(label, source, claim):
         checks = [(complete((label, L, wide)), (label, L, wide) in at and at[label, L, wide][0] >= SOLVED,
-                   f"L {L}") for L in lengths]
+                   mark(f"L {L}", (label, L, wide))) for L in lengths]
         evidence = "; ".join(f"L {L}: {cell(label, L, wide)}" for L in lengths) + f" (d {wide})"
         rows.append([claim, source, evidence, _verdict(checks, len(lengths))])
 
@@ -106,7 +112,7 @@ def zoology_findings(frame: pd.DataFrame) -> str:
     shares = reach_shares(best, "sliding_window")
     checks = [(complete(("sliding_window", L, d)),
                ("sliding_window", L, d) in at and at["sliding_window", L, d][0] <= shares[L] + CHANCE,
-               f"L {L} d {d}") for L in lengths for d in widths]
+               mark(f"L {L} d {d}", ("sliding_window", L, d))) for L in lengths for d in widths]
     evidence = "; ".join(f"L {L}: {widths_at('sliding_window', L)} ≤ {shares[L]:.3f}" for L in lengths
                          if L in shares)
     rows.append(["a local window recalls only within its reach (accuracy ≤ the share of queries "
@@ -117,7 +123,8 @@ def zoology_findings(frame: pd.DataFrame) -> str:
     diff = {(L, d): at["grassmann", L, d][0] - at["sliding_window", L, d][0]
             for L, d in pairs if ("grassmann", L, d) in at and ("sliding_window", L, d) in at}
     checks = [(complete(("grassmann", L, d), ("sliding_window", L, d)) and (L, d) in diff,
-               abs(diff.get((L, d), 0.0)) <= LIKE, f"L {L} d {d}") for L, d in pairs]
+               abs(diff.get((L, d), 0.0)) <= LIKE, mark(f"L {L} d {d}", ("grassmann", L, d), ("sliding_window", L, d)))
+              for L, d in pairs]
     reach = reach_shares(best, "grassmann")
     evidence = "; ".join(f"L {L}: {widths_at('grassmann', L)} vs {widths_at('sliding_window', L)}"
                          + (f" (its reach {reach[L]:.3f})" if L in reach else "") for L in lengths)
@@ -128,7 +135,7 @@ def zoology_findings(frame: pd.DataFrame) -> str:
     checks = [(complete(("grassmann+positions", L, d), ("grassmann", L, d)),
                complete(("grassmann+positions", L, d), ("grassmann", L, d))
                and abs(at["grassmann+positions", L, d][0] - at["grassmann", L, d][0]) <= LIKE,
-               f"L {L} d {d}") for L in control for d in widths]
+               mark(f"L {L} d {d}", ("grassmann+positions", L, d), ("grassmann", L, d))) for L in control for d in widths]
     evidence = "; ".join(f"L {L}: {widths_at('grassmann+positions', L)} vs {widths_at('grassmann', L)}"
                          for L in control)
     rows.append([f"learned positions (the paper's LM) do not change the Grassmann row (within {LIKE})",
@@ -144,7 +151,8 @@ def zoology_findings(frame: pd.DataFrame) -> str:
             first, last = lengths[0], lengths[-1]
             checks = [(complete((label, first, d), (label, last, d)),
                        complete((label, first, d), (label, last, d))
-                       and at[label, last, d][0] < at[label, first, d][0] - CHANCE, f"d {d}") for d in widths]
+                       and at[label, last, d][0] < at[label, first, d][0] - CHANCE,
+                       mark(f"d {d}", (label, first, d), (label, last, d))) for d in widths]
             verdict = _verdict(checks, len(widths))
         rows.append([f"{label}, a fixed state, loses recall as L and the pairs grow (L {lengths[0]} → "
                      f"{lengths[-1]} at each width)", "Zoology Fig. 2, Based", evidence, verdict])

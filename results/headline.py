@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .findings import gap_placement, mad_agreement, mad_reach, mqar_best, zoology_findings
+from .findings import CHANCE, SOLVED, gap_placement, mad_agreement, mad_reach, mqar_best, zoology_findings
 from .report import markdown_table
 from .stats import gap_interval, mad_scores, published_mad_scores
 
@@ -32,7 +32,8 @@ def _millions(column) -> str:
 def mqar_table(frame: pd.DataFrame) -> str:
     """Best accuracy over learning rates at each (mixer, L, width), one row per mixer
     (best first at the longest L), one column per L holding the widths' values (marked *
-    while some of the point's learning rates have not finished), and the model's
+    while some of the point's learning rates have not finished, † where a point, unsolved
+    but above chance, has its best at the largest or smallest learning rate tried), and the model's
     inference state at the longest L."""
     best = mqar_best(frame)
     lengths, widths = sorted(best["seq_len"].unique()), sorted(best["d_model"].unique())
@@ -47,6 +48,7 @@ def mqar_table(frame: pd.DataFrame) -> str:
         for L in lengths:
             at = mine[mine["seq_len"] == L].set_index("d_model")
             cells.append(" / ".join(f"{at.at[d, 'accuracy']:.3f}" + ("*" if at.at[d, "lrs_tried"] < lrs else "")
+                                    + ("†" if at.at[d, "lr_edge"] and CHANCE < at.at[d, "accuracy"] < SOLVED else "")
                                     if d in at.index else "–" for d in widths))
         state = mine[mine["seq_len"] == lengths[-1]].set_index("d_model")["state_size"]
         cells.append(" / ".join(f"{int(state[d]):,}" if d in state else "–" for d in widths))

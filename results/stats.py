@@ -12,11 +12,20 @@ def best_over_lr(rows: pd.DataFrame, keys) -> pd.DataFrame:
     """Zoology's rule for MQAR: a point (``keys`` and seed) is its run of best accuracy
     over the learning rates tried, so a model is not judged by a learning rate that
     suits another. Whole rows come back: the winning ``lr``, ``state_size``, params, and
-    ``lrs_tried``, the number of learning rates the point was the best of."""
+    ``lrs_tried``, the number of learning rates the point was the best of, and
+    ``lr_edge``: "largest" or "smallest" where the winner is an end of two or more
+    learning rates tried and beats every other (the grid may not bracket the point's
+    best), else "" (a tie says nothing of where the best lies)."""
     rows = rows[rows["accuracy"].notna()]
     by = [k for k in (*keys, "seed") if k in rows]
     if "lr" in rows:
-        rows = rows.assign(lrs_tried=rows.groupby(by, dropna=False)["lr"].transform("nunique"))
+        lr = rows.groupby(by, dropna=False)["lr"]
+        tried, low, high = lr.transform("nunique"), lr.transform("min"), lr.transform("max")
+        top = rows.groupby(by, dropna=False)["accuracy"].transform("max")
+        alone = (rows["accuracy"] == top).groupby([rows[k] for k in by], dropna=False).transform("sum") == 1
+        edge = (tried > 1) & ((rows["lr"] == high) | (rows["lr"] == low)) & alone
+        rows = rows.assign(lrs_tried=tried, lr_edge=(rows["lr"] == high).map({True: "largest", False: "smallest"})
+                           .where(edge, ""))
     return rows.loc[rows.groupby(by, dropna=False)["accuracy"].idxmax()]
 
 

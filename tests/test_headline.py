@@ -28,7 +28,14 @@ def test_mqar_table_keeps_the_best_lr_and_ranks_by_the_longest_length():
     rows.append({**_mqar("b", 128, 32, 1e-2, 1.0, 7), "run_status": "failed"})  # not a result
     lines = mqar_table(pd.DataFrame(rows)).splitlines()
     assert lines[0] == "| mixer | L = 64, 4 pairs | L = 128, 8 pairs | state floats at L = 128 |"
-    assert lines[2:] == ["| b | 0.500* | 0.600* | 7 |", "| a | 0.900 | 0.100* | 200 |"]  # *: 1 of 2 lrs
+    assert lines[2:] == ["| b | 0.500* | 0.600* | 7 |", "| a | 0.900† | 0.100* | 200 |"]  # *: 1 of 2 lrs
+    # †: best at an end of the lrs tried and unsolved; a solved point or a best in between is not marked
+    rows = [_mqar("a", 64, 32, lr, acc) for lr, acc in ((1e-3, 0.2), (3e-3, 0.6), (1e-2, 0.5))]
+    rows += [_mqar("a", 128, 32, lr, acc) for lr, acc in ((1e-3, 0.995), (3e-3, 0.2), (1e-2, 0.1))]
+    rows += [_mqar("b", L, 32, lr, acc) for L in (64, 128) for lr, acc in ((1e-3, 0.3), (3e-3, 0.2), (1e-2, 0.1))]
+    rows += [_mqar("c", L, 32, lr, acc) for L in (64, 128) for lr, acc in ((1e-3, 0.009), (3e-3, 0.002), (1e-2, 0.001))]
+    assert mqar_table(pd.DataFrame(rows)).splitlines()[2:] == [  # c is at chance: which lr won is noise
+        "| a | 0.600 | 0.995 | 1 |", "| b | 0.300† | 0.300† | 1 |", "| c | 0.009 | 0.009 | 1 |"]
 
 
 def test_lm_table_gives_the_gap_with_its_interval():
@@ -103,6 +110,11 @@ def test_zoology_findings_judge_each_claim_from_the_best_lr():
             else r for r in rows]
     lines = zoology_findings(pd.DataFrame(rows)).splitlines()
     assert lines[3].endswith("| no (L 128 d 64) |") and lines[4].endswith("| no (L 128 d 64) |")
+    # a fixed-state row that fails where a point's best lr is an end of the grid says so (†)
+    rows = [{**r, "accuracy": {1e-3: 0.2, 1e-2: 0.3}[r["lr"]]} if r["label"] == "mamba2" and r["seq_len"] == 64
+            else r for r in rows]
+    lines = zoology_findings(pd.DataFrame(rows)).splitlines()
+    assert lines[6].startswith("| mamba2") and lines[6].endswith("| no (d 32†; d 64†) |")
 
 
 def test_gap_placement_counts_the_published_gaps_around_the_interval():
