@@ -63,12 +63,12 @@ def time_left(sweep, states: dict[str, str], heartbeats: dict[str, dict], walls:
         peers = own or [p for p in sweep.runs if p.run_id in walls]
         if eta is not None:
             seconds += eta
-            how["by its ETA"] += 1
+            how["by heartbeat ETA"] += 1
         elif peers:
             dist = {p.run_id: _distance(flat[run.run_id], flat[p.run_id]) for p in peers}
             nearest = min(dist.values())
             seconds += statistics.median(walls[p] for p, d in dist.items() if d == nearest)
-            how["by finished runs of its label" if own else "by finished runs of other labels (rough)"] += 1
+            how["by finished runs of the same label" if own else "by finished runs of other labels (rough)"] += 1
         else:
             how["unknown (nothing finished yet), not counted"] += 1
     return (f"left: {len(todo)} run(s), about {seconds / 3600:.1f} h of training summed over runs ("

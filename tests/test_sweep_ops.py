@@ -122,8 +122,8 @@ def test_time_left_uses_a_heartbeat_else_the_nearest_finished_runs_and_says_whic
     # c1 has no finished run of its label: its nearest of any label (a1 and a2, both 2
     # fields away) give their median, 2 h
     line = time_left(sweep, states, {b1.run_id: {"eta_s": 1800.0}}, ok)
-    assert line == ("left: 3 run(s), about 5.5 h of training summed over runs (1 by finished runs of its label, "
-                    "1 by its ETA, 1 by finished runs of other labels (rough))")
+    assert line == ("left: 3 run(s), about 5.5 h of training summed over runs (1 by finished runs of the same "
+                    "label, 1 by heartbeat ETA, 1 by finished runs of other labels (rough))")
     states[c1.run_id] = "diverged"  # final: not run again, not counted
     line = time_left(sweep, states, {}, {})
     assert line == "left: 2 run(s), about 0.0 h of training summed over runs (2 unknown (nothing finished yet), not counted)"
