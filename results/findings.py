@@ -52,6 +52,12 @@ def _model(row: pd.Series, **override):
     return zoo.build_model(zoo.ModelConfig(**fields, mixer_options=json.loads(row["mixer_options"])))
 
 
+def grid_bound(accuracy: float, lr_edge: str) -> bool:
+    """A point that may owe its failure to the lr grid: short of solved, above chance, and
+    best at an end of its learning rates (``best_over_lr``'s ``lr_edge``); marked †."""
+    return bool(lr_edge) and CHANCE < accuracy < SOLVED
+
+
 def reach_shares(best: pd.DataFrame, label: str) -> dict[int, float]:
     """Per L: the share of the test split's queries (regenerated from the records'
     configs) whose value token lies within the receptive field of ``label``'s model: an
@@ -84,7 +90,7 @@ def zoology_findings(frame: pd.DataFrame) -> str:
     lengths, widths = sorted(best["seq_len"].unique()), sorted(best["d_model"].unique())
     full = best["lrs_tried"].max()
     at = {(r.label, r.seq_len, r.d_model): (r.accuracy, r.lrs_tried == full) for r in best.itertuples()}
-    edged = {(r.label, r.seq_len, r.d_model) for r in best.itertuples() if r.lr_edge and CHANCE < r.accuracy < SOLVED}
+    edged = {(r.label, r.seq_len, r.d_model) for r in best.itertuples() if grid_bound(r.accuracy, r.lr_edge)}
     wide = widths[-1]
 
     def mark(where, *points):  # † as in the accuracy table: the lr grid may not bracket a point's best

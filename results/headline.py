@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .findings import CHANCE, SOLVED, gap_placement, mad_agreement, mad_reach, mqar_best, zoology_findings
+from .findings import gap_placement, grid_bound, mad_agreement, mad_reach, mqar_best, zoology_findings
 from .report import markdown_table
 from .stats import gap_interval, mad_scores, published_mad_scores
 
@@ -48,7 +48,7 @@ def mqar_table(frame: pd.DataFrame) -> str:
         for L in lengths:
             at = mine[mine["seq_len"] == L].set_index("d_model")
             cells.append(" / ".join(f"{at.at[d, 'accuracy']:.3f}" + ("*" if at.at[d, "lrs_tried"] < lrs else "")
-                                    + ("†" if at.at[d, "lr_edge"] and CHANCE < at.at[d, "accuracy"] < SOLVED else "")
+                                    + ("†" if grid_bound(at.at[d, "accuracy"], at.at[d, "lr_edge"]) else "")
                                     if d in at.index else "–" for d in widths))
         state = mine[mine["seq_len"] == lengths[-1]].set_index("d_model")["state_size"]
         cells.append(" / ".join(f"{int(state[d]):,}" if d in state else "–" for d in widths))
