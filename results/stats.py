@@ -19,10 +19,10 @@ def best_over_lr(rows: pd.DataFrame, keys) -> pd.DataFrame:
     rows = rows[rows["accuracy"].notna()]
     by = [k for k in (*keys, "seed") if k in rows]
     if "lr" in rows:
-        lr = rows.groupby(by, dropna=False)["lr"]
-        tried, low, high = lr.transform("nunique"), lr.transform("min"), lr.transform("max")
-        top = rows.groupby(by, dropna=False)["accuracy"].transform("max")
-        alone = (rows["accuracy"] == top).groupby([rows[k] for k in by], dropna=False).transform("sum") == 1
+        point = rows.groupby(by, dropna=False)
+        tried, low, high = (point["lr"].transform(f) for f in ("nunique", "min", "max"))
+        top = rows["accuracy"] == point["accuracy"].transform("max")
+        alone = top.groupby([rows[k] for k in by], dropna=False).transform("sum") == 1  # no tie for best
         edge = (tried > 1) & ((rows["lr"] == high) | (rows["lr"] == low)) & alone
         rows = rows.assign(lrs_tried=tried, lr_edge=(rows["lr"] == high).map({True: "largest", False: "smallest"})
                            .where(edge, ""))

@@ -161,10 +161,11 @@ def _states(args, sweep) -> dict[str, str]:
 def cmd_status(args, sweep) -> int:
     states = _states(args, sweep)
     counts = collections.Counter(states.values())
+    records = {r.get("run_id"): r for r in load_records(Path(args.results_dir) / sweep.name)}  # read once
     heartbeats, walls = {}, {}
     for run in sweep.runs:
         status = states[run.run_id]
-        rec = read_record(record_path(args.results_dir, sweep.name, run.run_id)) or {}
+        rec = records.get(run.run_id) or {}
         if status == "ok":
             walls[run.run_id] = (rec.get("metrics") or {}).get("wall_time") or 0.0
             continue
@@ -176,8 +177,7 @@ def cmd_status(args, sweep) -> int:
         if rec.get("error"):
             detail.append(f"(linbench logs {sweep.name} {run.run_id})")
         print(f"  {run.run_id}  {status:<8} {run.task:<10} {run.name}  {' '.join(detail)}")
-    ids = {run.run_id for run in sweep.runs}
-    stale = len([r for r in load_records(Path(args.results_dir) / sweep.name) if r.get("run_id") not in ids])
+    stale = len(records.keys() - {run.run_id for run in sweep.runs})
     print(f"{sweep.name}: {len(sweep)} runs: " + ", ".join(f"{n} {s}" for s, n in counts.most_common())
           + (f" ({stale} record(s) of configs no longer in the sweep)" if stale else ""))
     print(time_left(sweep, states, heartbeats, walls))

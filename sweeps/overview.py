@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import statistics
+
+import numpy as np
 
 from .core import SweepError, canonical
 from .launch import FINAL
@@ -32,17 +33,28 @@ def only(sweep, keys: list[str] | None):
     """The sweep cut to the runs whose label is one of ``keys`` or whose id starts with one."""
     if not keys:
         return sweep
-    unknown = [k for k in keys if not any(r.name == k or r.run_id.startswith(k) for r in sweep.runs)]
+    def named(run, key):
+        return run.name == key or run.run_id.startswith(key)
+
+    unknown = [k for k in keys if not any(named(r, k) for r in sweep.runs)]
     if unknown:
         labels = ", ".join(dict.fromkeys(r.name for r in sweep.runs))
         raise SweepError(f"--only {', '.join(unknown)}: no run of {sweep.name} has that label or id; "
                          f"its labels: {labels}")
-    return dataclasses.replace(sweep, runs=[r for r in sweep.runs
-                                            if r.name in keys or any(r.run_id.startswith(k) for k in keys)])
+    return dataclasses.replace(sweep, runs=[r for r in sweep.runs if any(named(r, k) for k in keys)])
 
 
-def _distance(a: dict, b: dict) -> int:
-    return sum(a.get(k) != b.get(k) for k in a.keys() | b.keys())
+def _config_codes(runs) -> np.ndarray:
+    """(runs, fields that vary across them): each value as a small integer, so that
+    the number of fields two runs differ in is one vectorised comparison."""
+    flat = [_flatten(canonical(run.config)) for run in runs]
+    cols = []
+    for key in sorted({k for f in flat for k in f}):
+        values = [repr(f.get(key)) for f in flat]
+        if len(set(values)) > 1:
+            index = {}
+            cols.append([index.setdefault(v, len(index)) for v in values])
+    return np.array(cols, dtype=np.int64).T if cols else np.zeros((len(flat), 0), dtype=np.int64)
 
 
 def time_left(sweep, states: dict[str, str], heartbeats: dict[str, dict], walls: dict[str, float]) -> str:
@@ -52,23 +64,25 @@ def time_left(sweep, states: dict[str, str], heartbeats: dict[str, dict], walls:
     change of length moves several, a change of lr one), of its own label where it has
     any, else of any label (a rough guess: mixers differ in cost), and said which.
     Medians over finished runs count the early stops that runs still to come will make too."""
-    flat = {run.run_id: _flatten(canonical(run.config)) for run in sweep.runs}
-    todo = [run for run in sweep.runs if states[run.run_id] not in FINAL]
+    todo = [i for i, run in enumerate(sweep.runs) if states[run.run_id] not in FINAL]
     if not todo:
         return "left: nothing"
+    codes = _config_codes(sweep.runs)  # (runs, varying fields)
+    labels = np.array([run.name for run in sweep.runs], dtype=object)
+    finished = np.array([run.run_id in walls for run in sweep.runs])
+    wall = np.array([walls.get(run.run_id, 0.0) for run in sweep.runs])
     seconds, how = 0.0, collections.Counter()
-    for run in todo:
-        eta = (heartbeats.get(run.run_id) or {}).get("eta_s")
-        own = [p for p in sweep.runs if p.name == run.name and p.run_id in walls]
-        peers = own or [p for p in sweep.runs if p.run_id in walls]
+    for i in todo:
+        eta = (heartbeats.get(sweep.runs[i].run_id) or {}).get("eta_s")
+        own = finished & (labels == labels[i])
+        peers = own if own.any() else finished
         if eta is not None:
             seconds += eta
             how["by heartbeat ETA"] += 1
-        elif peers:
-            dist = {p.run_id: _distance(flat[run.run_id], flat[p.run_id]) for p in peers}
-            nearest = min(dist.values())
-            seconds += statistics.median(walls[p] for p, d in dist.items() if d == nearest)
-            how["by finished runs of the same label" if own else "by finished runs of other labels (rough)"] += 1
+        elif peers.any():
+            dist = (codes[peers] != codes[i]).sum(1)  # (finished peers,) fields that differ
+            seconds += float(np.median(wall[peers][dist == dist.min()]))
+            how["by finished runs of the same label" if own.any() else "by finished runs of other labels (rough)"] += 1
         else:
             how["unknown (nothing finished yet), not counted"] += 1
     return (f"left: {len(todo)} run(s), about {seconds / 3600:.1f} h of training summed over runs ("

@@ -110,6 +110,11 @@ def test_only_runs_the_named_labels_and_names_the_labels_when_none_matches(tmp_p
     third = cli_module.load_sweep(path).runs[2].run_id
     assert cli([*argv, "--only", third[:6]]) == 0  # a run id's first characters
     assert sorted(r["config"]["seed"] for r in records(tmp_path, "ops").values()) == [0, 2]
+    capsys.readouterr()
+    path = sweep_file(tmp_path, 'RunConfig("toy", {"seed": 0, "train": train}, "base")')  # the sweep shrinks
+    assert cli(["status", str(path), "--results-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "1 runs: 1 ok (1 record(s) of configs no longer in the sweep)" in out and "left: nothing" in out
 
 
 def test_time_left_uses_a_heartbeat_else_the_nearest_finished_runs_and_says_which():
