@@ -200,14 +200,14 @@ def gap_placement(frame: pd.DataFrame, published: pd.DataFrame, setting: str = "
 
 
 def mad_agreement(frame: pd.DataFrame, published: pd.DataFrame) -> str:
-    """Per MAD task (and the task mean): the mixers both MAD's published table and our
+    """Per MAD task (and the MAD score): the mixers both MAD's published table and our
     records have, in MAD's order and in ours, and how many of their pairs keep MAD's
     order (a tie on either side counts as kept)."""
     ok = frame[(frame["task"] == "mad") & (frame["run_status"] == "ok")]
     ours = mad_scores(ok)
     pub = published[published["task"] == "mad"]
     mixer_of = pub.groupby("model", sort=False)["mixer"].first()
-    theirs = published_mad_scores(published).rename(index=mixer_of, columns={"average": "task mean"})
+    theirs = published_mad_scores(published).rename(index=mixer_of, columns={"average": "MAD score"})
     theirs = theirs[~theirs.index.duplicated()]  # two Hyenas are one mixer we lack anyway
     common = [m for m in theirs.index if m in ours.index]
     rows = []
@@ -230,7 +230,8 @@ def mad_reach(frame: pd.DataFrame) -> str:
     one), per task: its score (best over the sweep, mean over the task's settings, as
     ``mad_scores``) and its ceiling: the mean over the same settings of the share of
     test targets with an answer inside the field ("–" for fuzzy recall, which has no
-    single answer position)."""
+    single answer position). The ceiling is a pooled share and the score MAD's macro
+    accuracy, so a model answering exactly what it can reach may sit a little off it."""
     ok = frame[(frame["task"] == "mad") & (frame["run_status"] == "ok")]
     best = best_over_lr(ok, ["label", "mad_task", "setting"])
     answers = {}  # (task, setting, seed) -> answer offsets of the test split

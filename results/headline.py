@@ -106,20 +106,20 @@ def status_line(records: list[dict], planned: int) -> str:
 
 def mad_table(frame: pd.DataFrame, published: pd.DataFrame | None = None) -> str:
     """Our MAD scores (``stats.mad_scores``: best over the sweep per setting, mean over a
-    task's settings, the task mean over tasks) beside MAD's published ones, one row per
-    model, a column per task; ours first, best task mean first."""
+    task's settings, the MAD score the mean over tasks) beside MAD's published ones, one row
+    per model, a column per task; ours first, best score first."""
     if published is None:
         published = _published()
     ok = frame[(frame["task"] == "mad") & (frame["run_status"] == "ok")]
     ours = mad_scores(ok)
-    theirs = published_mad_scores(published)
-    tasks = sorted({*ours.columns, *theirs.columns} - {"MAD score", "task mean", "settings", "average"})
+    theirs = published_mad_scores(published).rename(columns={"average": "MAD score"})
+    tasks = sorted({*ours.columns, *theirs.columns} - {"MAD score", "settings"})
     cell = (lambda row, t: f"{row[t]:.3f}" if t in row and pd.notna(row[t]) else "–")
-    lines = [[f"{label} (ours)", str(int(row["settings"])), f"{row['task mean']:.3f}", *(cell(row, t) for t in tasks)]
-             for label, row in ours.sort_values("task mean", ascending=False).iterrows()]
-    lines += [[f"{model} (MAD)", "all", cell(row, "average"), *(cell(row, t) for t in tasks)]
+    lines = [[f"{label} (ours)", str(int(row["settings"])), cell(row, "MAD score"), *(cell(row, t) for t in tasks)]
+             for label, row in ours.iterrows()]
+    lines += [[f"{model} (MAD)", "all", cell(row, "MAD score"), *(cell(row, t) for t in tasks)]
               for model, row in theirs.iterrows()]
-    header = ["model", "settings", "task mean", *tasks]
+    header = ["model", "settings", "MAD score", *tasks]
     return markdown_table(header, lines, ["---", "---:", "---:"] + ["---:"] * len(tasks))
 
 

@@ -247,8 +247,8 @@ def plot_scaling(df: pd.DataFrame, out: Path) -> list[Path]:
 
 def plot_mad(df: pd.DataFrame, out: Path) -> Path | None:
     """MAD: each model's best-of-sweep accuracy per task (mean over the task's settings)
-    beside its MAD score (the mean over every setting) and its task mean (over the six
-    tasks, the published tables' Average), one bar per model, best first."""
+    beside its MAD score (the mean over the tasks, the published tables' Average), one bar
+    per model, best first."""
     rows = _ok(df, "mad")
     if rows.empty or "accuracy" not in rows:
         return None

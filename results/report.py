@@ -94,13 +94,14 @@ def mqar_section(ok: pd.DataFrame) -> str:
 def mad_section(ok: pd.DataFrame) -> str:
     """MAD's score per model beside its mean per task (``stats.mad_scores``)."""
     table = mad_scores(ok)
-    tasks = [c for c in table.columns if c not in ("MAD score", "task mean", "settings")]
-    body = [[label, _fmt(row["MAD score"]), _fmt(row["task mean"]), *(_fmt(row[t]) for t in tasks),
-             int(row["settings"])] for label, row in table.iterrows()]
-    return ("## mad\n\nMAD score: per setting the best test accuracy over the learning-rate x weight-decay "
-            "sweep (mean over seeds), averaged over the settings run; per task, the same average over that "
-            "task's settings; task mean: the mean of the task columns (the published tables' Average).\n\n"
-            + markdown_table(["label", "MAD score", "task mean", *tasks, "settings"], body))
+    tasks = [c for c in table.columns if c not in ("MAD score", "settings")]
+    body = [[label, _fmt(row["MAD score"]), *(_fmt(row[t]) for t in tasks), int(row["settings"])]
+            for label, row in table.iterrows()]
+    return ("## mad\n\nPer setting the test accuracy MAD reports (its macro accuracy at the evaluation of "
+            "lowest test perplexity), best over the learning-rate x weight-decay sweep (mean over seeds); "
+            "per task, the mean over that task's settings run; MAD score: the mean of the task columns "
+            "(the published tables' Average).\n\n"
+            + markdown_table(["label", "MAD score", *tasks, "settings"], body))
 
 
 def mad_published_section(published: pd.DataFrame) -> str:
@@ -112,7 +113,7 @@ def mad_published_section(published: pd.DataFrame) -> str:
     tasks = sorted(c for c in table.columns if c != "average")
     body = [[model, _fmt(row.get("average")), *(_fmt(row[t]) for t in tasks)] for model, row in table.iterrows()]
     sources = ", ".join(sorted(published.loc[published["task"] == "mad", "source"].unique()))
-    return (f"## mad: the published scores\n\n{sources}; the published tables' Average is our task mean.\n\n"
+    return (f"## mad: the published scores\n\n{sources}; the published tables' Average is our MAD score.\n\n"
             + markdown_table(["model", "average", *tasks], body))
 
 

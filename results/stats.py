@@ -74,17 +74,15 @@ def t_quantile(p: float, df: float) -> float:
 
 
 def mad_scores(rows: pd.DataFrame) -> pd.DataFrame:
-    """MAD's score (Poli et al. 2024): per model and setting, the best test accuracy over
-    the learning-rate x weight-decay sweep (mean over seeds); per model, the mean of those
-    over each task's settings, over every setting (column "MAD score", the issue's and
-    MAD's definition) and over the tasks, each weighing one sixth (column "task mean":
-    the "Average" column of the published tables, which is the mean of their six task
-    numbers, so a model with more settings of one task is not weighed towards it)."""
+    """MAD's score (Poli et al. 2024; mad-lab's ``benchmark.py``): per model and setting, the
+    best test accuracy over the learning-rate x weight-decay sweep (mean over seeds); per
+    task, the mean of those over the task's settings (a column per task); the MAD score, the
+    mean over the tasks run (each task weighs the same, however many settings it has: the
+    published tables' "Average"). Best score first; "settings" counts the settings run."""
     best = best_over_lr(rows, ["label", "mad_task", "setting"])
     per_setting = best.groupby(["label", "mad_task", "setting"])["accuracy"].mean().reset_index()
     table = per_setting.pivot_table(index="label", columns="mad_task", values="accuracy", aggfunc="mean")
-    table["task mean"] = table.mean(axis=1)
-    table["MAD score"] = per_setting.groupby("label")["accuracy"].mean()
+    table["MAD score"] = table.mean(axis=1)
     table["settings"] = per_setting.groupby("label").size()
     return table.sort_values("MAD score", ascending=False)
 

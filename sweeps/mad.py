@@ -2,7 +2,8 @@
 128 and two blocks on every setting of the six tasks (``tasks.mad_data.mad_settings``: the
 baseline, then each change of vocabulary, length, data size or noise alone; 66 settings),
 each at MAD's 3 learning rates x 2 weight decays for 200 epochs of batch 128
-(``tasks.mad.sweep_configs``). The MAD score keeps the best of the six per setting. 3,564
+(``tasks.mad.sweep_configs``). The MAD score keeps the best of the six per setting, averages
+a task's settings, then the tasks (``results.stats.mad_scores``). 3,564
 runs of up to 20,000 steps: a cluster job (on this project's 2-core CPU, ``mad_cpu``).
 
     linbench run mad --executor slurm --partition gpu --gpus 1 --time 120

@@ -22,7 +22,7 @@ core-hours at the step times measured under load (7-11 hours on both cores, past
 issue's 4: fewer steps would leave the recall tasks at the plateau for attention itself,
 so they would measure nothing), so MAD's best-of-six is a best-of-one here,
 and a mixer whose best lr lies elsewhere is under-rated. A run stops once its test
-accuracy reaches 0.99 (evaluated ten times a run), as mqar_cpu's do: the 21 core-hours are
+accuracy (MAD's, ``tasks.mad.mad_metrics``) reaches 0.99 (evaluated ten times a run), as mqar_cpu's do: the 21 core-hours are
 the bound for mixers that solve nothing, and a solved task scores 0.99-1.00 where MAD,
 training on, may report 1.00. The scores are read at a budget
 some 27x smaller than MAD's on recall: which capabilities each mixer acquires in it, not
@@ -41,10 +41,12 @@ WEIGHT_DECAYS = (0.0,)
 STEPS = {"in-context-recall": 3000, "fuzzy-in-context-recall": 3000, "noisy-in-context-recall": 3000,
          "selective-copying": 1000, "compression": 1000, "memorization": None}  # None: MAD's 200 epochs
 VARIED = ("attention", "grassmann", "mamba2", "gated_deltanet")
-# One change per task, along the dimension that task varies most in MAD: length, vocabulary,
-# noise, tokens to copy, data size (1,600 examples: many more epochs in the same steps), keys.
+# One change per task, of the kinds MAD varies: length, vocabulary, noise, vocabulary, data size
+# (1,600 examples: many more epochs in the same steps), keys. Selective copying changes its
+# vocabulary, not its tokens to copy: mad-lab ignored num_tokens_to_copy until December 2024,
+# so the published scores' "copy 32" most likely copied 16 (tasks/mad_data.py's docstring).
 VARIATIONS = [("in-context-recall", {"seq_len": 256}), ("fuzzy-in-context-recall", {"vocab_size": 32}),
-              ("noisy-in-context-recall", {"frac_noise": 0.4}), ("selective-copying", {"num_tokens_to_copy": 32}),
+              ("noisy-in-context-recall", {"frac_noise": 0.4}), ("selective-copying", {"vocab_size": 32}),
               ("compression", {"num_train_examples": 1600}), ("memorization", {"vocab_size": 1024})]
 
 

@@ -42,20 +42,26 @@ def labelled_lm_loss(model, batch) -> torch.Tensor:
     return F.cross_entropy(labelled_logits(model, inputs, keep), targets[keep])
 
 
-@torch.no_grad()
-def labelled_accuracy(model, inputs: torch.Tensor, targets: torch.Tensor, batch_size: int) -> dict:
-    """Accuracy and mean loss over the labelled positions (targets not -100), pooled over
-    the whole split: Zoology's and MAD's test metric."""
+def labelled_batches(model, inputs: torch.Tensor, targets: torch.Tensor, batch_size: int):
+    """Per batch of ``batch_size`` sequences: (its sequence count, the (N, V) float32 logits
+    at its N labelled positions, their (N,) labels). Call under torch.no_grad()."""
     device = next(model.parameters()).device
-    correct = total = 0
-    loss_sum = 0.0
     for s in range(0, len(inputs), batch_size):
         x, y = inputs[s:s + batch_size].to(device), targets[s:s + batch_size].to(device)
         keep = y != -100
-        picked = labelled_logits(model, x, keep)  # (N, V)
-        correct += (picked.argmax(-1) == y[keep]).sum().item()
-        total += keep.sum().item()
-        loss_sum += F.cross_entropy(picked, y[keep], reduction="sum").item()
+        yield len(x), labelled_logits(model, x, keep), y[keep]
+
+
+@torch.no_grad()
+def labelled_accuracy(model, inputs: torch.Tensor, targets: torch.Tensor, batch_size: int) -> dict:
+    """Accuracy and mean loss over the labelled positions (targets not -100), pooled over
+    the whole split: Zoology's test metric (MAD's is ``tasks.mad.mad_metrics``)."""
+    correct = total = 0
+    loss_sum = 0.0
+    for _, picked, labels in labelled_batches(model, inputs, targets, batch_size):
+        correct += (picked.argmax(-1) == labels).sum().item()
+        total += len(labels)
+        loss_sum += F.cross_entropy(picked, labels, reduction="sum").item()
     return {"accuracy": correct / total, "test_loss": loss_sum / total}
 
 

@@ -38,6 +38,9 @@ Where we differ from MAD, on purpose:
     option for fuzzy recall and memorization (MAD's configs never use it).
   * Recall: MAD's forced real pair can land on the final slot (1 in 64: no guarantee); ours
     is always in the body.
+  * Selective copying copies ``num_tokens_to_copy`` tokens; mad-lab passed that field to its
+    generator only from December 2024 (commit 35772e8), so before it every setting copied 16,
+    and the published scores (Poli et al.; the DeltaNet paper) most likely rest on that.
   * Same laws as MAD, drawn in another order: no sequence equals MAD's for a given seed.
 """
 from __future__ import annotations

@@ -69,7 +69,7 @@ def test_mad_table_puts_ours_beside_the_published_scores():
     pub = pd.DataFrame([{"task": "mad", "model": "T", "setting": t, "value": v}
                         for t, v in (("compression", 0.5), ("memorization", 0.8), ("average", 0.65))])
     lines = mad_table(frame, pub).splitlines()
-    assert lines[0] == "| model | settings | task mean | compression | memorization |"
+    assert lines[0] == "| model | settings | MAD score | compression | memorization |"
     assert lines[2:] == ["| b (ours) | 1 | 0.900 | 0.900 | – |",  # its failed run is not a score
                          "| a (ours) | 2 | 0.700 | 0.400 | 1.000 |",  # best lr per setting, then the mean
                          "| T (MAD) | all | 0.650 | 0.500 | 0.800 |"]
@@ -153,7 +153,7 @@ def test_mad_agreement_counts_the_pairs_in_mads_order():
     assert lines[2] == ("| compression | attention 0.600 > mamba 0.500 > gla 0.400 | "
                         "attention 0.500 > gla 0.400 > mamba 0.300 | 2 of 3 |")  # grassmann and hyena: one side only
     assert lines[3] == "| memorization | attention 0.900 > gla 0.700 | attention 1.000 > gla 0.200 | 1 of 1 |"
-    assert lines[4].startswith("| task mean | attention 0.750 > mamba 0.650 > gla 0.550 | ")
+    assert lines[4].startswith("| MAD score | attention 0.750 > mamba 0.650 > gla 0.550 | ")
 
 
 def test_mad_reach_sets_each_local_mixers_scores_beside_its_ceilings():

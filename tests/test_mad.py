@@ -1,6 +1,7 @@
 """tasks.mad: configs refuse what MAD's settings cannot be, a run trains and scores the
 test positions MAD scores, and compression decodes every position from one state."""
 import json
+import math
 
 import pytest
 import torch
@@ -8,7 +9,7 @@ import torch
 import zoo
 from tasks import TASKS
 from tasks.common import labelled_accuracy
-from tasks.mad import Compressor, MADConfig, load_split, model_config, run
+from tasks.mad import Compressor, MADConfig, load_split, mad_metrics, mad_reported, model_config, run
 from tasks.mad_data import IGNORE
 
 
@@ -40,26 +41,51 @@ def test_a_run_trains_and_scores_the_test_positions(tmp_path, task):
     rec = run(cfg, workdir=tmp_path / "w", progress=False)
     json.dumps(rec)
     assert rec["task"] == "mad" and rec["mad_task"] == task and rec["steps"] == 6
-    assert 0.0 <= rec["accuracy"] <= 1.0 and rec["mad_seq_len"] == cfg.full_setting["seq_len"]
+    assert 0.0 <= rec["accuracy"] <= rec["best_accuracy"] <= 1.0 and rec["mad_seq_len"] == cfg.full_setting["seq_len"]
+    assert rec["reported_step"] in (3, 6) and rec["perplexity"] >= 1.0  # MAD's pick of the two evaluations
     assert json.loads(rec["setting"]) == cfg.full_setting
     again = load_split(cfg, "test")  # cached: the same data from the file
     assert torch.equal(again[0], load_split(cfg, "test")[0])
 
 
 def test_accuracy_counts_scored_positions_only():
-    class Echo(torch.nn.Module):  # predicts each position's own input token
-        def __init__(self):
-            super().__init__()
-            self.w = torch.nn.Parameter(torch.zeros(1))
-
-        def forward(self, x):
-            return torch.nn.functional.one_hot(x, 10).float() + 0 * self.w
-
     x = torch.randint(10, (4, 6))
     y = torch.full_like(x, IGNORE)
     y[:, 1] = x[:, 1]  # right
     y[:, 3] = (x[:, 3] + 1) % 10  # wrong
-    assert labelled_accuracy(Echo(), x, y, batch_size=3)["accuracy"] == 0.5
+    assert labelled_accuracy(_Echo(10), x, y, batch_size=3)["accuracy"] == 0.5
+    assert mad_metrics(_Echo(10), x, y, batch_size=3, num_classes=10)["pooled_accuracy"] == 0.5
+
+
+class _Echo(torch.nn.Module):  # predicts each position's own input token
+    def __init__(self, classes):
+        super().__init__()
+        self.classes, self.w = classes, torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, x):
+        return torch.nn.functional.one_hot(x, self.classes).float() + 0 * self.w
+
+
+def test_mad_metrics_are_torchmetrics_macro_accuracy_per_test_batch():
+    """MAD's accuracy: per test batch, each class's hit rate over the classes the batch has as
+    a target or as a prediction (a class predicted but never a target scores 0), averaged over
+    the batches; its perplexity likewise per batch. Counted by hand."""
+    x = torch.tensor([[1, 1, 1, 2], [4, 0, 0, 0]])
+    y = torch.tensor([[1, 1, 1, 3], [4, IGNORE, IGNORE, IGNORE]])  # batch 1: class 2 predicted, 3 missed
+    m = mad_metrics(_Echo(5), x, y, batch_size=1, num_classes=5)
+    assert m["accuracy"] == pytest.approx((1 / 3 + 1) / 2)  # classes {1, 2, 3}: 1, 0, 0; then {4}: 1
+    assert m["pooled_accuracy"] == pytest.approx(4 / 5)
+    e = math.e  # one-hot logits: the right token has e / (e + 4), a wrong one 1 / (e + 4)
+    assert m["perplexity"] == pytest.approx((e + 4) * (math.exp(-3 / 4) + math.exp(-1)) / 2)
+    # one batch of both: classes {1, 2, 3, 4} score 1, 0, 0, 1: MAD's number depends on its batch size
+    assert mad_metrics(_Echo(5), x, y, batch_size=2, num_classes=5)["accuracy"] == pytest.approx(0.5)
+
+
+def test_mad_reports_the_evaluation_of_lowest_perplexity():
+    history = [{"step": 10, "accuracy": 0.90, "perplexity": 2.0}, {"step": 20, "accuracy": 0.95, "perplexity": 2.5},
+               {"step": 30, "accuracy": 0.99, "perplexity": math.nan}]
+    assert mad_reported(history)["step"] == 10  # not the best accuracy: mad-lab keeps the best-perplexity checkpoint
+    assert mad_reported([]) == {}
 
 
 def test_compression_decodes_every_position_from_the_last_state():
