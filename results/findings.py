@@ -30,7 +30,7 @@ from tasks.mqar_data import key_distances, mqar_examples
 from zoo.causality import receptive_offsets
 
 from .report import markdown_table
-from .stats import best_over_lr, gap_interval, mad_scores, published_mad_scores
+from .stats import best_over_lr, gap_interval, mad_scores, published_mad_by_mixer
 
 SOLVED = 0.99  # Zoology's stopping accuracy: a point at or above it is solved
 CHANCE = 0.01  # slack for guessing: a value is one of V/2 tokens (256 here)
@@ -205,10 +205,7 @@ def mad_agreement(frame: pd.DataFrame, published: pd.DataFrame) -> str:
     order (a tie on either side counts as kept)."""
     ok = frame[(frame["task"] == "mad") & (frame["run_status"] == "ok")]
     ours = mad_scores(ok)
-    pub = published[published["task"] == "mad"]
-    mixer_of = pub.groupby("model", sort=False)["mixer"].first()
-    theirs = published_mad_scores(published).rename(index=mixer_of, columns={"average": "MAD score"})
-    theirs = theirs[~theirs.index.duplicated()]  # two Hyenas are one mixer we lack anyway
+    theirs = published_mad_by_mixer(published)
     common = [m for m in theirs.index if m in ours.index]
     rows = []
     for task in [t for t in theirs.columns if t in ours.columns]:

@@ -13,10 +13,9 @@ import pandas as pd
 
 from .findings import gap_placement, grid_bound, mad_agreement, mad_reach, mqar_best, zoology_findings
 from .report import markdown_table
-from .stats import gap_interval, mad_scores, published_mad_scores
+from .stats import gap_interval, mad_scores, published_mad_scores, read_published
 
 REFERENCE = Path(__file__).resolve().parent / "reference"
-PUBLISHED = Path(__file__).resolve().parent / "published.csv"
 
 
 def _pct(x: float) -> str:
@@ -109,7 +108,7 @@ def mad_table(frame: pd.DataFrame, published: pd.DataFrame | None = None) -> str
     task's settings, the MAD score the mean over tasks) beside MAD's published ones, one row
     per model, a column per task; ours first, best score first."""
     if published is None:
-        published = _published()
+        published = read_published()
     ok = frame[(frame["task"] == "mad") & (frame["run_status"] == "ok")]
     ours = mad_scores(ok)
     theirs = published_mad_scores(published).rename(columns={"average": "MAD score"})
@@ -123,17 +122,13 @@ def mad_table(frame: pd.DataFrame, published: pd.DataFrame | None = None) -> str
     return markdown_table(header, lines, ["---", "---:", "---:"] + ["---:"] * len(tasks))
 
 
-def _published() -> pd.DataFrame:
-    return pd.read_csv(PUBLISHED, dtype={"setting": str})
-
-
 # table name: (the reference sweep whose records make it, how)
 TABLES = {"mqar_cpu": ("mqar_cpu", mqar_table),
           "mqar_cpu_findings": ("mqar_cpu", zoology_findings),
           "wikitext2_6L_cpu": ("wikitext2_6L_cpu", lm_table),
-          "wikitext2_6L_cpu_gap": ("wikitext2_6L_cpu", lambda frame: gap_placement(frame, _published())),
+          "wikitext2_6L_cpu_gap": ("wikitext2_6L_cpu", lambda frame: gap_placement(frame, read_published())),
           "mad_cpu": ("mad_cpu", mad_table),
-          "mad_cpu_agreement": ("mad_cpu", lambda frame: mad_agreement(frame, _published())),
+          "mad_cpu_agreement": ("mad_cpu", lambda frame: mad_agreement(frame, read_published())),
           "mad_cpu_reach": ("mad_cpu", mad_reach)}
 
 
@@ -150,7 +145,7 @@ def tables() -> dict[str, str]:
         if records:
             out[name] = make(records_frame(records))
             out[f"{sweep}_status"] = status_line(records, len(load_sweep(sweep).runs))
-    out["published_gaps"] = published_gaps(_published())
+    out["published_gaps"] = published_gaps(read_published())
     return out
 
 

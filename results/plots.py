@@ -17,7 +17,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
-from results.stats import best_over_lr, mad_scores  # noqa: E402
+from results.stats import best_over_lr, mad_scores, published_mad_by_mixer, read_published  # noqa: E402
 
 CI = ("ci", 95)
 # Scaling measurements by the names a record may use for them, with their axis label.
@@ -261,9 +261,32 @@ def plot_mad(df: pd.DataFrame, out: Path) -> Path | None:
     return _save(fig, out / "mad_accuracy_by_task.png")
 
 
+def plot_mad_published(df: pd.DataFrame, out: Path, published: pd.DataFrame | None = None) -> Path | None:
+    """MAD: our score against the published one, a point per mixer both have and per task
+    (and the MAD score, ringed), on the diagonal where they agree; a ranking that agrees
+    rises left to right within each task's marker."""
+    rows = _ok(df, "mad")
+    if rows.empty or "accuracy" not in rows:
+        return None
+    ours, theirs = mad_scores(rows), published_mad_by_mixer(read_published() if published is None else published)
+    mixers = [m for m in theirs.index if m in ours.index]
+    pairs = pd.DataFrame([{"mixer": m, "task": t, "published": theirs.at[m, t], "ours": ours.at[m, t]}
+                          for m in mixers for t in theirs.columns if t in ours.columns]).dropna()
+    if pairs.empty:
+        return None
+    fig, ax = plt.subplots(figsize=(4.6, 4.2))
+    ax.plot([0, 1], [0, 1], color="0.6", lw=0.8, ls="--", zorder=0)
+    sns.scatterplot(pairs, x="published", y="ours", hue="mixer", style="task", hue_order=mixers, s=60, ax=ax)
+    score = pairs[pairs["task"] == "MAD score"]
+    ax.scatter(score["published"], score["ours"], s=220, facecolors="none", edgecolors="0.2", lw=1.0)
+    ax.set(xlim=(0, 1.02), ylim=(0, 1.02), xlabel="MAD (published)", ylabel="linbench")
+    ax.legend(fontsize=7, bbox_to_anchor=(1.02, 1), loc="upper left")
+    return _save(fig, out / "mad_vs_published.png")
+
+
 def plot_all(df: pd.DataFrame, out: str | Path) -> list[Path]:
     out = Path(out)
     sns.set_theme(style="whitegrid", context="paper")
     paths = [plot_perplexity(df, out), *plot_lm_curves(df, out), plot_mqar(df, out), plot_mqar_state(df, out),
-             plot_mad(df, out), *plot_scaling(df, out)]
+             plot_mad(df, out), plot_mad_published(df, out), *plot_scaling(df, out)]
     return [p for p in paths if p is not None]

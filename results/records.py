@@ -21,6 +21,7 @@ from pathlib import Path
 STATUSES = ("ok", "failed", "diverged", "oom", "timeout")
 PACKAGES = ("torch", "numpy", "triton", "mamba-ssm", "causal-conv1d", "flash-attn", "submitit", "linbench")
 REPO = Path(__file__).resolve().parent.parent
+PUBLISHED = REPO / "results" / "published.csv"  # the published numbers reports set ours beside
 
 
 def record_path(results_dir: str | Path, sweep: str, run_id: str) -> Path:

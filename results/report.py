@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .stats import best_over_lr, gap_interval, mad_scores, published_mad_scores
+from .stats import best_over_lr, gap_interval, mad_scores, published_mad_scores, read_published
 
 # The metrics a task's table shows first; other tasks show what looks like a metric.
 HEADLINE = {
@@ -252,7 +252,7 @@ def report_markdown(df: pd.DataFrame, published: pd.DataFrame | None = None, tit
 
 
 def write_report(df: pd.DataFrame, out: str | Path, published: str | Path | None = None, title: str = "") -> Path:
-    pub = pd.read_csv(published, dtype={"setting": str}) if published and Path(published).is_file() else None
+    pub = read_published(published) if published and Path(published).is_file() else None
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(report_markdown(df, pub, title))

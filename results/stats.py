@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import math
 import statistics
+from pathlib import Path
 
 import pandas as pd
+
+from .records import PUBLISHED
 
 
 def best_over_lr(rows: pd.DataFrame, keys) -> pd.DataFrame:
@@ -87,9 +90,24 @@ def mad_scores(rows: pd.DataFrame) -> pd.DataFrame:
     return table.sort_values("MAD score", ascending=False)
 
 
+def read_published(path: str | Path = PUBLISHED) -> pd.DataFrame:
+    """results/published.csv (or ``path``): a row per published number."""
+    return pd.read_csv(path, dtype={"setting": str})
+
+
 def published_mad_scores(published: pd.DataFrame) -> pd.DataFrame:
     """MAD's published scores (published.csv rows of task "mad": one per model and task,
     "average" the mean of the six) as a table, a row per model in the file's order."""
     pub = published[published["task"] == "mad"]
     return pub.assign(value=pd.to_numeric(pub["value"], errors="coerce")).pivot_table(
         index="model", columns="setting", values="value", aggfunc="first", sort=False)
+
+
+def published_mad_by_mixer(published: pd.DataFrame) -> pd.DataFrame:
+    """``published_mad_scores`` with a row per zoo mixer (published.csv's mixer column) and
+    "average" named "MAD score", as ``mad_scores`` names it; of two published models of one
+    mixer (the two Hyenas) the first is kept."""
+    pub = published[published["task"] == "mad"]
+    mixer_of = pub.groupby("model", sort=False)["mixer"].first()
+    table = published_mad_scores(published).rename(index=mixer_of, columns={"average": "MAD score"})
+    return table[~table.index.duplicated()]

@@ -18,7 +18,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from results.records import load_records, read_record, record_path
+from results.records import PUBLISHED, load_records, read_record, record_path
 from tasks.progress import format_line, read_progress
 
 from .core import SweepError, load_sweep
@@ -26,7 +26,6 @@ from .launch import FINAL, launch, workdir_for
 from .ledger import cancel, in_flight, read_ledger
 from .overview import distinguishing, only, time_left
 
-PUBLISHED = Path(__file__).resolve().parent.parent / "results" / "published.csv"
 
 
 def _key_value(text: str) -> tuple[str, str]:

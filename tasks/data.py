@@ -20,8 +20,7 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-PUBLISHED = REPO / "results" / "published.csv"
+from results.records import PUBLISHED
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # BERT's, in BERT's id order
 WIKITEXT_HUB = "Salesforce/wikitext"
 WIKITEXT_CONFIGS = {"tokens": "wikitext-2-v1", "raw": "wikitext-2-raw-v1"}

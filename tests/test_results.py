@@ -367,6 +367,27 @@ def test_mad_figure_shows_each_task_and_the_score(tmp_path, monkeypatch):
     assert plots.plot_mad(rows.assign(task="mqar"), tmp_path) is None  # no MAD runs: no figure
 
 
+def test_mad_figure_sets_ours_against_the_published_scores(tmp_path, monkeypatch):
+    from results import plots
+
+    rows = pd.DataFrame([{"task": "mad", "run_status": "ok", "label": label, "mad_task": task, "setting": task,
+                          "lr": 1e-3, "weight_decay": 0.0, "accuracy": acc, "seed": 0}
+                         for label, task, acc in (("attention", "copy", 0.9), ("attention", "recall", 0.5),
+                                                  ("mamba", "copy", 0.3), ("grassmann", "copy", 0.1))])
+    published = pd.DataFrame([{"task": "mad", "model": model, "mixer": mixer, "setting": task, "value": v}
+                              for model, mixer, c, r in (("Transformer", "attention", 1.0, 0.8), ("Mamba", "mamba", 0.6, 0.4))
+                              for task, v in (("copy", c), ("recall", r), ("average", (c + r) / 2))])
+    drawn = {}
+    monkeypatch.setattr(plots, "_save", lambda fig, path: drawn.setdefault(path.name, fig) and path)
+    plots.plot_mad_published(rows, tmp_path, published)
+    points, ring = drawn["mad_vs_published.png"].axes[0].collections[:2]
+    # (published, ours) per mixer both have and task both ran; grassmann has no published row
+    assert sorted(map(tuple, points.get_offsets().round(6).tolist())) == [
+        (0.5, 0.3), (0.6, 0.3), (0.8, 0.5), (0.9, 0.7), (1.0, 0.9)]  # mamba's score: its one task's
+    assert sorted(map(tuple, ring.get_offsets().round(6).tolist())) == [(0.5, 0.3), (0.9, 0.7)]
+    assert plots.plot_mad_published(rows[rows["label"] == "grassmann"], tmp_path, published) is None
+
+
 def test_mad_report_shows_the_published_scores_beside_ours():
     rows = pd.DataFrame([{"task": "mad", "run_status": "ok", "label": "a", "mad_task": "compression",
                           "setting": "{}", "lr": 1e-3, "weight_decay": 0.0, "accuracy": 0.5, "seed": 0, "run_id": 1,
