@@ -261,17 +261,21 @@ def plot_mad(df: pd.DataFrame, out: Path) -> Path | None:
     return _save(fig, out / "mad_accuracy_by_task.png")
 
 
-def plot_mad_published(df: pd.DataFrame, out: Path, published: pd.DataFrame | None = None) -> Path | None:
+def plot_mad_published(df: pd.DataFrame, out: Path, published: pd.DataFrame | None) -> Path | None:
     """MAD: our score against the published one, a point per mixer both have and per task
-    (and the MAD score, ringed), on the diagonal where they agree; a ranking that agrees
-    rises left to right within each task's marker."""
+    (and the MAD score, ringed, once we have every task the published score averages), on
+    the diagonal where they agree; a ranking that agrees rises left to right within each
+    task's marker."""
     rows = _ok(df, "mad")
-    if rows.empty or "accuracy" not in rows:
+    if rows.empty or "accuracy" not in rows or published is None:
         return None
-    ours, theirs = mad_scores(rows), published_mad_by_mixer(read_published() if published is None else published)
+    ours, theirs = mad_scores(rows), published_mad_by_mixer(published)
     mixers = [m for m in theirs.index if m in ours.index]
+    tasks = [t for t in theirs.columns if t != "MAD score"]
+    whole = {m for m in mixers if all(t in ours.columns and pd.notna(ours.at[m, t]) for t in tasks)}
     pairs = pd.DataFrame([{"mixer": m, "task": t, "published": theirs.at[m, t], "ours": ours.at[m, t]}
-                          for m in mixers for t in theirs.columns if t in ours.columns]).dropna()
+                          for m in mixers for t in theirs.columns
+                          if t in ours.columns and (t != "MAD score" or m in whole)]).dropna()
     if pairs.empty:
         return None
     fig, ax = plt.subplots(figsize=(4.6, 4.2))
@@ -284,9 +288,12 @@ def plot_mad_published(df: pd.DataFrame, out: Path, published: pd.DataFrame | No
     return _save(fig, out / "mad_vs_published.png")
 
 
-def plot_all(df: pd.DataFrame, out: str | Path) -> list[Path]:
+def plot_all(df: pd.DataFrame, out: str | Path, published: str | Path | None = None) -> list[Path]:
+    """Every figure the records hold data for; ``published``: the CSV of published numbers
+    for the figures that set ours beside them (none without it)."""
     out = Path(out)
     sns.set_theme(style="whitegrid", context="paper")
     paths = [plot_perplexity(df, out), *plot_lm_curves(df, out), plot_mqar(df, out), plot_mqar_state(df, out),
-             plot_mad(df, out), plot_mad_published(df, out), *plot_scaling(df, out)]
+             plot_mad(df, out), plot_mad_published(df, out, read_published(published)),
+             *plot_scaling(df, out)]
     return [p for p in paths if p is not None]

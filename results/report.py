@@ -252,7 +252,7 @@ def report_markdown(df: pd.DataFrame, published: pd.DataFrame | None = None, tit
 
 
 def write_report(df: pd.DataFrame, out: str | Path, published: str | Path | None = None, title: str = "") -> Path:
-    pub = read_published(published) if published and Path(published).is_file() else None
+    pub = read_published(published)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(report_markdown(df, pub, title))

@@ -90,9 +90,10 @@ def mad_scores(rows: pd.DataFrame) -> pd.DataFrame:
     return table.sort_values("MAD score", ascending=False)
 
 
-def read_published(path: str | Path = PUBLISHED) -> pd.DataFrame:
-    """results/published.csv (or ``path``): a row per published number."""
-    return pd.read_csv(path, dtype={"setting": str})
+def read_published(path: str | Path | None = PUBLISHED) -> pd.DataFrame | None:
+    """results/published.csv (or ``path``): a row per published number; None where ``path``
+    is None or no file (a report or figure then leaves the published numbers out)."""
+    return pd.read_csv(path, dtype={"setting": str}) if path and Path(path).is_file() else None
 
 
 def published_mad_scores(published: pd.DataFrame) -> pd.DataFrame:

@@ -95,6 +95,7 @@ def parser() -> argparse.ArgumentParser:
     verb("cancel", "cancel the sweep's queued and running jobs (running ones checkpoint first)")
     plot = verb("plot", "draw the sweep's figures (PNG)")
     plot.add_argument("--out", help="folder for the PNGs (default RESULTS_DIR/SWEEP/plots)")
+    plot.add_argument("--published", default=str(PUBLISHED), help="CSV of published numbers")
     report = verb("report", "write a Markdown report beside the published numbers")
     report.add_argument("--out", help="file (default RESULTS_DIR/SWEEP/report.md)")
     report.add_argument("--published", default=str(PUBLISHED), help="CSV of published numbers")
@@ -231,7 +232,7 @@ def _frame(args, sweep):
 def cmd_plot(args, sweep) -> int:
     from results.plots import plot_all
     out = Path(args.out or Path(args.results_dir) / sweep.name / "plots")
-    paths = plot_all(_frame(args, sweep), out)
+    paths = plot_all(_frame(args, sweep), out, args.published)
     for path in paths:
         print(path)
     if not paths:

@@ -1,12 +1,13 @@
 """MAD (Poli et al. 2024) scaled to this project's 2-core CPU: every zoo mixer on each
-task's baseline, and attention, grassmann, mamba2 and gated_deltanet on one change of
-each task's own dimension, at MAD's model (width 128, two blocks, MAD's layer options).
+task's baseline, and attention, grassmann, mamba2 and gated_deltanet on one of MAD's changes
+per task (``VARIATIONS``), at MAD's model (width 128, two blocks, MAD's layer options).
 ``sweeps/mad.py`` is the whole protocol.
 
 Sized by measurement (one thread, beside two running sweeps; issue 17's notes): a MAD step
 (batch 128) takes 0.26-0.59 s at L 32, 1.2-2.3 s at L 128 and 2.6-7.1 s at L 256 across the
 zoo, so MAD's 20,000 steps per run are days per run here. Pilots of one-head rotary
-attention on in-context recall (batch 32): at lr 1e-3 and 50 warm-up steps it sat at
+attention on in-context recall (batch 32; accuracy pooled over the scored positions, as
+measured before runs reported MAD's macro accuracy): at lr 1e-3 and 50 warm-up steps it sat at
 0.31-0.33 accuracy through 1,500 steps, then 0.37 at 2,000, 0.44 at 2,500, 0.97 at 3,000
 and 1.00 at 3,500; at lr 3e-3 it was still at 0.32 after 3,000. Attention is the control
 that shows a budget suffices (as in mqar_cpu), so the recall tasks get 3,000 steps of batch 32 (96,000
@@ -22,9 +23,10 @@ core-hours at the step times measured under load (7-11 hours on both cores, past
 issue's 4: fewer steps would leave the recall tasks at the plateau for attention itself,
 so they would measure nothing), so MAD's best-of-six is a best-of-one here,
 and a mixer whose best lr lies elsewhere is under-rated. A run stops once its test
-accuracy (MAD's, ``tasks.mad.mad_metrics``) reaches 0.99 (evaluated ten times a run), as mqar_cpu's do: the 21 core-hours are
-the bound for mixers that solve nothing, and a solved task scores 0.99-1.00 where MAD,
-training on, may report 1.00. The scores are read at a budget
+accuracy (MAD's, ``tasks.mad.mad_metrics``) reaches 0.99 (evaluated ten times a run), as
+mqar_cpu's do: the 21 core-hours are the bound for mixers that solve nothing, and a solved
+task reports its evaluation of lowest perplexity, about 0.99, where MAD, training on, may
+report 1.00. The scores are read at a budget
 some 27x smaller than MAD's on recall: which capabilities each mixer acquires in it, not
 MAD's converged numbers.
 

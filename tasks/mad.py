@@ -13,7 +13,8 @@ mean over the six tasks of each task's mean over its settings (``results.stats.m
 
 Where the run differs from mad-lab's, on purpose: it evaluates ``train.eval_every`` steps
 apart (MAD: every epoch), so "lowest perplexity" is over those evaluations; it stops once the
-accuracy reaches ``train.target`` where one is set (MAD: at 0.999); and it trains with this
+accuracy reaches ``train.target`` where one is set (MAD: at 0.999); a run that diverges is
+recorded so and not scored (MAD would score its checkpoint from before); and it trains with this
 harness's recipe for every task: AdamW betas (0.9, 0.95), gradients clipped at 1, no decay of
 norms, biases and what mixers mark (MAD: torch's betas (0.9, 0.999), no clipping, every
 parameter decayed), the same for every mixer.
@@ -168,12 +169,13 @@ def mad_metrics(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, b
     as a prediction, so a class predicted but never a target counts 0) and its Perplexity (exp
     of the batch's mean loss); each averaged over the batches weighted by their sequences, as
     Lightning logs an epoch. Beside them the pooled accuracy over every scored position
-    (``tasks.common.labelled_accuracy``'s; within ~0.01 of the macro one except where classes
-    are rare in a batch, as memorization's large vocabularies)."""
+    (``tasks.common.labelled_accuracy``'s). The two part where a class is rare in a batch
+    (memorization's large vocabularies) and, far more, while a model still predicts tokens
+    that are never answers (keys, noise): each such class adds a 0 to the macro mean."""
     acc = ppl = weight = correct = total = 0.0
     for n, picked, labels in labelled_batches(model, inputs, targets, batch_size):
         if not len(labels):
-            continue  # torchmetrics skips a batch with nothing to score
+            continue  # MAD's test sequences all have answers (torchmetrics would score such a batch 0)
         pred = picked.argmax(-1)
         support = torch.bincount(labels, minlength=num_classes)  # tp + fn per class
         hits = torch.bincount(labels[pred == labels], minlength=num_classes)  # tp
@@ -182,6 +184,8 @@ def mad_metrics(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, b
         ppl += n * F.cross_entropy(picked, labels).exp().item()
         weight += n
         correct, total = correct + hits.sum().item(), total + len(labels)
+    if not weight:
+        raise ValueError("mad_metrics: the test split has no scored position (every target is -100)")
     return {"accuracy": acc / weight, "perplexity": ppl / weight, "pooled_accuracy": correct / total}
 
 

@@ -79,11 +79,16 @@ def test_mad_metrics_are_torchmetrics_macro_accuracy_per_test_batch():
     assert m["perplexity"] == pytest.approx((e + 4) * (math.exp(-3 / 4) + math.exp(-1)) / 2)
     # one batch of both: classes {1, 2, 3, 4} score 1, 0, 0, 1: MAD's number depends on its batch size
     assert mad_metrics(_Echo(5), x, y, batch_size=2, num_classes=5)["accuracy"] == pytest.approx(0.5)
+    # batches weigh by their sequences: (the two above: 0.5) x 2 and (the second alone: 1) x 1
+    three = mad_metrics(_Echo(5), torch.cat([x, x[1:]]), torch.cat([y, y[1:]]), batch_size=2, num_classes=5)
+    assert three["accuracy"] == pytest.approx((2 * 0.5 + 1.0) / 3)
+    with pytest.raises(ValueError, match="no scored position"):
+        mad_metrics(_Echo(5), x, torch.full_like(y, IGNORE), batch_size=2, num_classes=5)
 
 
 def test_mad_reports_the_evaluation_of_lowest_perplexity():
-    history = [{"step": 10, "accuracy": 0.90, "perplexity": 2.0}, {"step": 20, "accuracy": 0.95, "perplexity": 2.5},
-               {"step": 30, "accuracy": 0.99, "perplexity": math.nan}]
+    history = [{"step": 5, "accuracy": 0.99, "perplexity": math.nan}, {"step": 10, "accuracy": 0.90, "perplexity": 2.0},
+               {"step": 20, "accuracy": 0.95, "perplexity": 2.5}]
     assert mad_reported(history)["step"] == 10  # not the best accuracy: mad-lab keeps the best-perplexity checkpoint
     assert mad_reported([]) == {}
 

@@ -7,12 +7,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
-from results.records import load_records, records_frame
+from results.records import PUBLISHED, load_records, records_frame
 from results.report import report_markdown
-from sweeps.cli import PUBLISHED
+from results.stats import read_published
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "results" / "reference"
@@ -34,7 +33,7 @@ def test_every_reference_sweep_has_a_report():
 def test_reference_report_is_regenerated_from_its_records(folder):
     records = load_records(folder)
     assert records, f"{folder} has a report but no records"
-    published = pd.read_csv(PUBLISHED, dtype={"setting": str})
+    published = read_published(PUBLISHED)
     fresh = report_markdown(records_frame(records), published, title=folder.name)
     stamp = re.compile(r" Written \d{4}-\d\d-\d\d \d\d:\d\d UTC\.")
     assert stamp.sub("", fresh) == stamp.sub("", (folder / "report.md").read_text())

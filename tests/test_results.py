@@ -13,10 +13,10 @@ import torch
 from matplotlib.collections import PathCollection
 
 from results import plots
+from results.records import PUBLISHED as PUBLISHED_CSV
 from results.records import load_records, read_record, records_frame, write_record
 from results.report import report_markdown, write_report
-from results.stats import gap_interval, mad_scores, t_quantile
-from sweeps.cli import PUBLISHED as PUBLISHED_CSV
+from results.stats import gap_interval, mad_scores, read_published, t_quantile
 from sweeps.cli import main as cli
 from test_sweeps import toy_task  # noqa: F401  (autouse: registers the toy task)
 
@@ -375,24 +375,27 @@ def test_mad_figure_sets_ours_against_the_published_scores(tmp_path, monkeypatch
                          for label, task, acc in (("attention", "copy", 0.9), ("attention", "recall", 0.5),
                                                   ("mamba", "copy", 0.3), ("grassmann", "copy", 0.1))])
     published = pd.DataFrame([{"task": "mad", "model": model, "mixer": mixer, "setting": task, "value": v}
-                              for model, mixer, c, r in (("Transformer", "attention", 1.0, 0.8), ("Mamba", "mamba", 0.6, 0.4))
+                              for model, mixer, c, r in (("Transformer", "attention", 1.0, 0.8), ("Mamba", "mamba", 0.6, 0.4),
+                                                         ("Hyena", "grassmann", 0.2, 0.2))
                               for task, v in (("copy", c), ("recall", r), ("average", (c + r) / 2))])
     drawn = {}
     monkeypatch.setattr(plots, "_save", lambda fig, path: drawn.setdefault(path.name, fig) and path)
     plots.plot_mad_published(rows, tmp_path, published)
     points, ring = drawn["mad_vs_published.png"].axes[0].collections[:2]
-    # (published, ours) per mixer both have and task both ran; grassmann has no published row
+    # (published, ours) per mixer both have and task both ran; the MAD score only where we ran
+    # every task the published one averages (mamba and grassmann lack recall)
     assert sorted(map(tuple, points.get_offsets().round(6).tolist())) == [
-        (0.5, 0.3), (0.6, 0.3), (0.8, 0.5), (0.9, 0.7), (1.0, 0.9)]  # mamba's score: its one task's
-    assert sorted(map(tuple, ring.get_offsets().round(6).tolist())) == [(0.5, 0.3), (0.9, 0.7)]
-    assert plots.plot_mad_published(rows[rows["label"] == "grassmann"], tmp_path, published) is None
+        (0.2, 0.1), (0.6, 0.3), (0.8, 0.5), (0.9, 0.7), (1.0, 0.9)]
+    assert ring.get_offsets().round(6).tolist() == [[0.9, 0.7]]
+    assert plots.plot_mad_published(rows, tmp_path, None) is None  # no published numbers, no figure
+    assert plots.plot_mad_published(rows.assign(label="gla"), tmp_path, published) is None  # no mixer in common
 
 
 def test_mad_report_shows_the_published_scores_beside_ours():
     rows = pd.DataFrame([{"task": "mad", "run_status": "ok", "label": "a", "mad_task": "compression",
                           "setting": "{}", "lr": 1e-3, "weight_decay": 0.0, "accuracy": 0.5, "seed": 0, "run_id": 1,
                           "mixer": "attention"}])
-    published = pd.read_csv(PUBLISHED_CSV, dtype={"setting": str})
+    published = read_published(PUBLISHED_CSV)
     text = report_markdown(rows, published)
     section = text.split("## mad: the published scores")[1].split("\n## ")[0]
     # Transformer's row: its average, then the six tasks in name order (compression first)
