@@ -270,7 +270,8 @@ def test_auto_runs_the_measured_fastest(monkeypatch):
     assert auto.backend == "factored"
     (bucket, (choice, times)), = Grassmann.auto_choices.items()
     assert bucket[:3] == ("cpu", torch.float32, True)  # timed with the backward pass
-    assert times["compiled"] >= 0.05 > times["factored"]
+    # relative, not against the 0.05 s: on a loaded CPU even this tiny shape has taken 0.052 s
+    assert times["compiled"] >= 0.05 and times["compiled"] > times["factored"]
     auto(torch.randn(2, 10, 16, requires_grad=True))  # same bucket: not measured again
     assert len(Grassmann.auto_choices) == 1
     with torch.no_grad():  # another bucket (forward only): measured anew, now compiled wins
