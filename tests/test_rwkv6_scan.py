@@ -48,6 +48,23 @@ def test_matches_loop_with_gradients(L, chunk_size, strong):
         torch.testing.assert_close(g, g_ref, rtol=1e-9, atol=1e-9, msg=name)
 
 
+def test_steep_blocks_match_loop_with_gradients():
+    """A decay so steep (-60 per step on one channel) that in float64 even a block of SUB
+    steps forms the pairwise tensor: the blocked chunks' outputs, state and gradients."""
+    inputs = list(make_inputs(70, strong=True))
+    inputs[3][:, :, :, 0] = -60.0
+    inputs = [t.requires_grad_() for t in inputs]
+    q, k, v, w, u, h0 = inputs
+    o, S = rwkv6_scan(q, k, v, w, u, initial_state=h0, output_final_state=True, chunk_size=64)
+    o_ref, S_ref = loop_rwkv6(q, k, v, w, u, K ** -0.5, h0)
+    torch.testing.assert_close(o, o_ref, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(S, S_ref, rtol=1e-10, atol=1e-10)
+    grads = torch.autograd.grad(o.sum() + S.sum(), inputs)
+    grads_ref = torch.autograd.grad(o_ref.sum() + S_ref.sum(), inputs)
+    for name, g, g_ref in zip("q k v w u h0".split(), grads, grads_ref):
+        torch.testing.assert_close(g, g_ref, rtol=1e-9, atol=1e-9, msg=name)
+
+
 def test_defaults_scale_and_no_state():
     q, k, v, w, u, _ = make_inputs(9, strong=False)
     o, S = rwkv6_scan(q, k, v, w, u, scale=0.7)
@@ -134,17 +151,22 @@ def test_mixer_options_and_state_size():
     assert RetNet(64).state_size(10) == RetNet(64).state_size(1000)
 
 
-def test_intra_chunk_scores_split_only_where_safe(monkeypatch):
-    """fp32 chunks whose total decay is just inside MATMUL_RANGE (matmul form, factors
-    up to exp(+-29)) and far beyond it (pairwise form): both match the float64 pairwise
-    scores, and only the steep chunk is recomputed pairwise."""
+@pytest.mark.parametrize("C", [32, 37])  # whole blocks of SUB steps, and a padded last block
+def test_intra_chunk_scores_split_only_where_safe(monkeypatch, C):
+    """fp32 chunks whose total decay is just inside MATMUL_RANGE (one matmul, factors up to
+    exp(+-29)), beyond it but not within a block of SUB steps (blocked: no pairwise tensor),
+    and beyond it even within a block: all match the float64 pairwise scores, and only the
+    steepest chunk's blocks form the pairwise tensor."""
     from zoo.ops import rwkv6 as core
 
-    C, K = 32, 8
+    K = 8
     g = torch.Generator().manual_seed(3)
-    q, k = (torch.randn(2, C, K, generator=g, dtype=torch.float64) for _ in range(2))
-    w = -torch.rand(2, C, K, generator=g, dtype=torch.float64)  # (chunk, step, channel)
-    w[0, :, 0], w[1, :, 0] = -0.95 * core.MATMUL_RANGE_DEFAULT / C, -400.0 / C
+    q, k = (torch.randn(3, C, K, generator=g, dtype=torch.float64) for _ in range(2))
+    w = -torch.rand(3, C, K, generator=g, dtype=torch.float64)  # (chunk, step, channel)
+    limit = core.MATMUL_RANGE_DEFAULT
+    w[0, :, 0] = -0.95 * limit / C
+    w[1, :, 0] = -0.9 * limit / core.SUB  # a chunk past the limit, each block within it
+    w[2, :, 0] = -20.0  # every block, the padded last one too (5 real steps at C 37), steep
     b = w.cumsum(-2)
     b_prev = torch.nn.functional.pad(b, (0, 0, 1, -1))
     strict = torch.ones(C, C, dtype=torch.bool).tril(-1)
@@ -152,9 +174,10 @@ def test_intra_chunk_scores_split_only_where_safe(monkeypatch):
 
     calls = []
     real = core.pairwise_scores
-    monkeypatch.setattr(core, "pairwise_scores", lambda q, *a: calls.append(q.shape) or real(q, *a))
+    monkeypatch.setattr(core, "pairwise_scores", lambda q, *a: calls.append(tuple(q.shape)) or real(q, *a))
     got = core.intra_chunk_scores(*(t.float() for t in (q, k, b_prev, b)))
-    assert calls == [(1, C, K)]  # the steep chunk alone
+    blocks = -(-C // core.SUB)
+    assert calls == [(blocks, core.SUB, K)]  # the steepest chunk's blocks alone
     assert torch.isfinite(got).all()
     torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-5)
     assert (got.triu() == 0).all()

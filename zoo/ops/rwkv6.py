@@ -26,11 +26,14 @@ lies within +-|b_{C-1}| / 2: a chunk whose total log decay stays within MATMUL_R
 (60 in fp32, 600 in fp64) has every factor a normal float, and each product in the sum
 is as accurate as the directly formed exp(b_{t-1} - b_s). The product is <= 1 for
 s < t; above the diagonal it may be large and is masked. A chunk whose decay is
-steeper than that (a channel forgetting ~ -4 per step over 16 steps, say) is recomputed
-in the pairwise form, where every exponent is a sum of w's, i.e. <= 0: we never split
-exp(b_{t-1} - b_s) where that split could overflow. In training the decays are mild
-(RWKV-6's init gives |w| <= 0.37), so the pairwise (C, C, K) tensor, most of the
-time of this function when every chunk formed it, is rarely formed at all.
+steeper than that (a channel forgetting ~ -1 per step over 64 steps, say) is recomputed
+in blocks of SUB steps (``blocked_scores``): between blocks the split is made at the start
+of the later block, where both factors are <= 1 whatever the decay (as fla's sub-chunks
+do), and inside a block by the same rule again, down to the pairwise form, where every
+exponent is a sum of w's, i.e. <= 0, for a block steeper still: we never split
+exp(b_{t-1} - b_s) where that split could overflow. Decays start mild (RWKV-6's init
+gives |w| <= 0.37) but training steepens them: on MQAR every chunk of a trained RWKV-6
+was steep, and forming the pairwise (C, C, K) tensor for each made a CPU step ~4x slower.
 ``rwkv6_scan_ref`` is the recurrence one step at a time, to check either path against.
 """
 from __future__ import annotations
@@ -136,12 +139,16 @@ def matmul_range(dtype: torch.dtype) -> float:
     return MATMUL_RANGE.get(dtype, MATMUL_RANGE_DEFAULT)
 
 
+SUB = 16  # steps per block of a steep chunk (blocked_scores)
+
+
 def intra_chunk_scores(q, k, b_prev, b):
     """A[..., t, s] = sum_c q_tc k_sc exp(b_prev_tc - b_sc) for s < t, 0 for s >= t.
     q, k, b_prev, b: (..., C, K) with b the inclusive cumulative log decay of the chunk
     (non-increasing, 0 >= b) and b_prev = b shifted by one step (b_prev_0 = 0).
     One matmul for chunks whose total decay -b_{C-1} is within MATMUL_RANGE (see the
-    module docstring); the pairwise form, stable for any decay, for the others."""
+    module docstring); for the others, stable for any decay, ``blocked_scores`` (chunks
+    longer than SUB) or the pairwise form."""
     C = q.shape[-2]
     limit = matmul_range(q.dtype)
     strict = torch.ones(C, C, dtype=torch.bool, device=q.device).tril(-1)  # (t, s): s < t
@@ -154,8 +161,35 @@ def intra_chunk_scores(q, k, b_prev, b):
     steep = (-b[..., -1, :]).amax(-1) > limit  # (...,) chunks the split would overflow
     if steep.any():
         at = steep.nonzero(as_tuple=True)
-        A = A.index_put(at, pairwise_scores(q[at], k[at], b_prev[at], b[at], strict))
+        steep_scores = blocked_scores if C > SUB else (lambda *t: pairwise_scores(*t, strict))
+        A = A.index_put(at, steep_scores(q[at], k[at], b_prev[at], b[at]))
     return A
+
+
+def blocked_scores(q, k, b_prev, b):
+    """``intra_chunk_scores`` of (S, C, K) steep chunks in blocks of SUB steps. For t in
+    block i (starting at step i0) and s in an earlier block, the decay splits at i0:
+        exp(b_{t-1} - b_s) = exp(b_{t-1} - g_i) * exp(g_i - b_s),   g_i = b_{i0-1} = b_prev_{i0},
+    both exponents <= 0 (b never rises), so one matmul per block row at any decay; the
+    diagonal blocks, rebased to start at 0, go back through ``intra_chunk_scores``."""
+    S, C, K = q.shape
+    pad = -C % SUB  # padded steps: q = k = 0 and no decay, so they add nothing
+    if pad:
+        q, k = (F.pad(t, (0, 0, 0, pad)) for t in (q, k))
+        b_prev = torch.cat([b_prev, b[:, -1:].expand(S, pad, K)], 1)
+        b = torch.cat([b, b[:, -1:].expand(S, pad, K)], 1)
+    n, Cp = (C + pad) // SUB, C + pad
+    blocks = (lambda t: t.view(S, n, SUB, K))  # (S, Cp, K) -> (S, n, SUB, K)
+    g = b_prev[:, ::SUB, None]  # (S, n, 1, K) each block's reference
+    qf = blocks(q) * (blocks(b_prev) - g).exp()  # (S, n, SUB, K)
+    # exponent <= 0 for the earlier blocks' steps; the clamp keeps the masked rest finite
+    kf = k[:, None] * (g - b[:, None]).clamp(max=0).exp()  # (S, n, Cp, K)
+    block_of = torch.arange(Cp, device=q.device) // SUB
+    earlier = block_of[None, :] < torch.arange(n, device=q.device)[:, None]  # (n, Cp): s before block i
+    A = (qf @ kf.transpose(-1, -2)).masked_fill(~earlier[:, None, :], 0.0)  # (S, n, SUB, Cp)
+    diag = intra_chunk_scores(blocks(q), blocks(k), blocks(b_prev) - g, blocks(b) - g)  # (S, n, SUB, SUB)
+    A = A.view(S, n, SUB, n, SUB) + torch.einsum("sixy,ij->sixjy", diag, torch.eye(n, dtype=A.dtype, device=A.device))
+    return A.reshape(S, Cp, Cp)[:, :C, :C]
 
 
 def pairwise_scores(q, k, b_prev, b, strict):
