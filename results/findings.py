@@ -202,14 +202,17 @@ def gap_placement(frame: pd.DataFrame, published: pd.DataFrame, setting: str = "
 def mad_agreement(frame: pd.DataFrame, published: pd.DataFrame) -> str:
     """Per MAD task (and the MAD score): the mixers both MAD's published table and our
     records have, in MAD's order and in ours, and how many of their pairs keep MAD's
-    order (a tie on either side counts as kept)."""
+    order (a tie on either side counts as kept). The MAD score row counts only the mixers
+    we have run on every task the published score averages."""
     ok = frame[(frame["task"] == "mad") & (frame["run_status"] == "ok")]
     ours = mad_scores(ok)
     theirs = published_mad_by_mixer(published)
     common = [m for m in theirs.index if m in ours.index]
     rows = []
     for task in [t for t in theirs.columns if t in ours.columns]:
-        have = [m for m in common if pd.notna(ours.at[m, task]) and pd.notna(theirs.at[m, task])]
+        have = [m for m in common if pd.notna(ours.at[m, task]) and pd.notna(theirs.at[m, task])
+                and (task != "MAD score" or all(t in ours.columns and pd.notna(ours.at[m, t])
+                                                for t in theirs.columns if t != "MAD score"))]
         if len(have) < 2:
             continue
         order = (lambda table: " > ".join(f"{m} {table.at[m, task]:.3f}"

@@ -106,7 +106,8 @@ def status_line(records: list[dict], planned: int) -> str:
 def mad_table(frame: pd.DataFrame, published: pd.DataFrame | None = None) -> str:
     """Our MAD scores (``stats.mad_scores``: best over the sweep per setting, mean over a
     task's settings, the MAD score the mean over tasks) beside MAD's published ones, one row
-    per model, a column per task; ours first, best score first."""
+    per model, a column per task; ours first, best score first. A score of ours marked *
+    averages fewer tasks than the published scores do (a sweep still running)."""
     if published is None:
         published = read_published()
     ok = frame[(frame["task"] == "mad") & (frame["run_status"] == "ok")]
@@ -114,8 +115,10 @@ def mad_table(frame: pd.DataFrame, published: pd.DataFrame | None = None) -> str
     theirs = published_mad_scores(published).rename(columns={"average": "MAD score"})
     tasks = sorted({*ours.columns, *theirs.columns} - {"MAD score", "settings"})
     cell = (lambda row, t: f"{row[t]:.3f}" if t in row and pd.notna(row[t]) else "–")
-    lines = [[f"{label} (ours)", str(int(row["settings"])), cell(row, "MAD score"), *(cell(row, t) for t in tasks)]
-             for label, row in ours.iterrows()]
+    partial = (lambda row: "*" if any(t not in row or pd.isna(row[t]) for t in theirs.columns if t != "MAD score")
+               else "")
+    lines = [[f"{label} (ours)", str(int(row["settings"])), cell(row, "MAD score") + partial(row),
+              *(cell(row, t) for t in tasks)] for label, row in ours.iterrows()]
     lines += [[f"{model} (MAD)", "all", cell(row, "MAD score"), *(cell(row, t) for t in tasks)]
               for model, row in theirs.iterrows()]
     header = ["model", "settings", "MAD score", *tasks]
