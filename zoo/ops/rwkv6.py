@@ -152,16 +152,19 @@ def intra_chunk_scores(q, k, b_prev, b):
     C = q.shape[-2]
     limit = matmul_range(q.dtype)
     strict = torch.ones(C, C, dtype=torch.bool, device=q.device).tril(-1)  # (t, s): s < t
+    steep = (-b[..., -1, :]).amax(-1) > limit  # (...,) chunks the split would overflow
+    steep_scores = blocked_scores if C > SUB else (lambda *t: pairwise_scores(*t, strict))
+    if steep.all():  # a trained model's usual case: no matmul form to form and discard
+        flat = (lambda t: t.reshape(-1, C, t.shape[-1]))  # (S, C, K)
+        return steep_scores(flat(q), flat(k), flat(b_prev), flat(b)).view(*q.shape[:-2], C, C)
     r = b[..., -1:, :] / 2  # (..., 1, K) halfway along the chunk's decay
     # The clamp changes nothing in the chunks the matmul serves; it keeps the steep ones,
     # overwritten below, finite (an inf times a zero gradient would make a NaN).
     qe = q * (b_prev - r).clamp(max=limit / 2).exp()
     ke = k * (r - b).clamp(max=limit / 2).exp()
     A = (qe @ ke.transpose(-1, -2)).masked_fill(~strict, 0.0)  # (..., C, C)
-    steep = (-b[..., -1, :]).amax(-1) > limit  # (...,) chunks the split would overflow
     if steep.any():
         at = steep.nonzero(as_tuple=True)
-        steep_scores = blocked_scores if C > SUB else (lambda *t: pairwise_scores(*t, strict))
         A = A.index_put(at, steep_scores(q[at], k[at], b_prev[at], b[at]))
     return A
 
@@ -188,7 +191,7 @@ def blocked_scores(q, k, b_prev, b):
     earlier = block_of[None, :] < torch.arange(n, device=q.device)[:, None]  # (n, Cp): s before block i
     A = (qf @ kf.transpose(-1, -2)).masked_fill(~earlier[:, None, :], 0.0)  # (S, n, SUB, Cp)
     diag = intra_chunk_scores(blocks(q), blocks(k), blocks(b_prev) - g, blocks(b) - g)  # (S, n, SUB, SUB)
-    A = A.view(S, n, SUB, n, SUB) + torch.einsum("sixy,ij->sixjy", diag, torch.eye(n, dtype=A.dtype, device=A.device))
+    A.view(S, n, SUB, n, SUB).diagonal(0, 1, 3).copy_(diag.permute(0, 2, 3, 1))  # into the zeroed blocks
     return A.reshape(S, Cp, Cp)[:, :C, :C]
 
 
