@@ -62,8 +62,10 @@ def time_left(sweep, states: dict[str, str], heartbeats: dict[str, dict], walls:
     (so divide by --parallel): a run with a heartbeat by its ETA, any other by the median
     wall time of the finished runs nearest to it in config (fewest differing fields: a
     change of length moves several, a change of lr one), of its own label where it has
-    any, else of any label (a rough guess: mixers differ in cost), and said which.
-    Medians over finished runs count the early stops that runs still to come will make too."""
+    any, else of any label (a rough guess: mixers differ in cost), and said which; a guess
+    from runs of its label that differ in more than one field (another length, another
+    task) is called rough too. Medians over finished runs count the early stops that runs
+    still to come will make too."""
     todo = [i for i, run in enumerate(sweep.runs) if states[run.run_id] not in FINAL]
     if not todo:
         return "left: nothing"
@@ -82,7 +84,9 @@ def time_left(sweep, states: dict[str, str], heartbeats: dict[str, dict], walls:
         elif peers.any():
             dist = (codes[peers] != codes[i]).sum(1)  # (finished peers,) fields that differ
             seconds += float(np.median(wall[peers][dist == dist.min()]))
-            how["by finished runs of the same label" if own.any() else "by finished runs of other labels (rough)"] += 1
+            how["by finished runs of other labels (rough)" if not own.any() else
+                "by finished runs of the same label" if dist.min() <= 1 else
+                "by finished runs of the same label in another setting (rough)"] += 1
         else:
             how["unknown (nothing finished yet), not counted"] += 1
     return (f"left: {len(todo)} run(s), about {seconds / 3600:.1f} h of training summed over runs ("

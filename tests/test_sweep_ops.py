@@ -133,6 +133,13 @@ def test_time_left_uses_a_heartbeat_else_the_nearest_finished_runs_and_says_whic
     line = time_left(sweep, states, {}, {})
     assert line == "left: 2 run(s), about 0.0 h of training summed over runs (2 unknown (nothing finished yet), not counted)"
     assert time_left(sweep, dict.fromkeys(states, "ok"), {}, ok) == "left: nothing"
+    # a run of a label whose finished runs all differ from it in two fields (seed and
+    # step_delay): their median, 2 h, said to be rough (another length or task costs more)
+    a4 = toy("a", seed=5, step_delay=0.7)
+    far = sweep_of(a1, a2, a4)
+    line = time_left(far, {r.run_id: "ok" if r.run_id in ok else "not run" for r in far.runs}, {}, ok)
+    assert line == ("left: 1 run(s), about 2.0 h of training summed over runs (1 by finished runs of the same "
+                    "label in another setting (rough))")
 
 
 def test_ctrl_c_says_what_runs_on_and_how_to_cancel_it(tmp_path, capsys, monkeypatch):
