@@ -57,15 +57,25 @@ def _config_codes(runs) -> np.ndarray:
     return np.array(cols, dtype=np.int64).T if cols else np.zeros((len(flat), 0), dtype=np.int64)
 
 
+def planned_tokens(config) -> float:
+    """The tokens a run's config plans to train (its ``planned_tokens()``), NaN where the
+    task does not say (a config without the method, or one that returns None)."""
+    plan = getattr(config, "planned_tokens", None)
+    tokens = plan() if callable(plan) else None
+    return float(tokens) if tokens else float("nan")
+
+
 def time_left(sweep, states: dict[str, str], heartbeats: dict[str, dict], walls: dict[str, float]) -> str:
     """The training time the runs a later `run` would train still need, summed over runs
-    (so divide by --parallel): a run with a heartbeat by its ETA, any other by the median
-    wall time of the finished runs nearest to it in config (fewest differing fields: a
-    change of length moves several, a change of lr one), of its own label where it has
-    any, else of any label (a rough guess: mixers differ in cost), and said which; a guess
-    from runs of its label that differ in more than one field (another length, another
-    task) is called rough too. Medians over finished runs count the early stops that runs
-    still to come will make too."""
+    (so divide by --parallel): a run with a heartbeat by its ETA, any other from the
+    finished runs nearest to it in config (fewest differing fields: a change of length
+    moves several, a change of lr one), of its own label where it has any, else of any
+    label (a rough guess: mixers differ in cost), and said which; a guess from runs of its
+    label that differ in more than one field (another length, another task) is called
+    rough too. From those runs, the median wall time per planned token times the run's
+    planned tokens, where the task's configs plan tokens (``planned_tokens``: a longer run
+    or sequence costs more), else their median wall time. Either way the medians count the
+    early stops that runs still to come will make too."""
     todo = [i for i, run in enumerate(sweep.runs) if states[run.run_id] not in FINAL]
     if not todo:
         return "left: nothing"
@@ -73,6 +83,7 @@ def time_left(sweep, states: dict[str, str], heartbeats: dict[str, dict], walls:
     labels = np.array([run.name for run in sweep.runs], dtype=object)
     finished = np.array([run.run_id in walls for run in sweep.runs])
     wall = np.array([walls.get(run.run_id, 0.0) for run in sweep.runs])
+    tokens = np.array([planned_tokens(run.config) for run in sweep.runs])  # (runs,) NaN: unknown
     seconds, how = 0.0, collections.Counter()
     for i in todo:
         eta = (heartbeats.get(sweep.runs[i].run_id) or {}).get("eta_s")
@@ -83,7 +94,10 @@ def time_left(sweep, states: dict[str, str], heartbeats: dict[str, dict], walls:
             how["by heartbeat ETA"] += 1
         elif peers.any():
             dist = (codes[peers] != codes[i]).sum(1)  # (finished peers,) fields that differ
-            seconds += float(np.median(wall[peers][dist == dist.min()]))
+            near = dist == dist.min()
+            per_token = wall[peers][near] / tokens[peers][near]  # NaN where a plan is unknown
+            scaled = not np.isnan(tokens[i]) and not np.isnan(per_token).any()
+            seconds += float(np.median(per_token) * tokens[i] if scaled else np.median(wall[peers][near]))
             how["by finished runs of other labels (rough)" if not own.any() else
                 "by finished runs of the same label" if dist.min() <= 1 else
                 "by finished runs of the same label in another setting (rough)"] += 1

@@ -77,6 +77,14 @@ class MADConfig(StrictConfig):
     def full_setting(self) -> dict:
         return {**BASELINES[self.task]["baseline"], **self.setting}
 
+    @property
+    def tokens_per_step(self) -> int:
+        return self.train.batch_size * self.full_setting["seq_len"]
+
+    def planned_tokens(self) -> int:
+        """The tokens a run trains unless it stops early (``linbench status`` scales by it)."""
+        return self.train.steps * self.tokens_per_step
+
 
 # MAD's protocol (mad-lab's README and mad/configs.py): every setting at learning rates
 # {1e-4, 5e-4, 1e-3} x weight decays {0, 0.1}, 200 epochs of batch 128, AdamW with a cosine
@@ -220,7 +228,7 @@ def run(cfg: MADConfig, workdir: Path | None = None, progress: bool = True) -> d
                 eval_fn=lambda m: mad_metrics(m, test_x, test_y, cfg.eval_batch_size, lm.cfg.vocab_size),
                 metric="accuracy",
                 higher_is_better=True, checkpoint=checkpoint_path(workdir), progress=progress,
-                tokens_per_step=cfg.train.batch_size * setting["seq_len"], desc=f"mad {cfg.task} {lm.cfg.name}")
+                tokens_per_step=cfg.tokens_per_step, desc=f"mad {cfg.task} {lm.cfg.name}")
     steps_per_epoch = math.ceil(len(train_x) / cfg.train.batch_size)
     reported = mad_reported(res.history)
     return {

@@ -73,6 +73,14 @@ class MQARConfig(StrictConfig):
                 "num_kv_pairs": self.num_kv_pairs, "vocab_size": self.vocab_size, "seed": self.seed,
                 "power_a": self.power_a, "random_non_queries": self.random_non_queries}
 
+    @property
+    def tokens_per_step(self) -> int:
+        return self.train.batch_size * self.seq_len
+
+    def planned_tokens(self) -> int:
+        """The tokens a run trains unless it stops early (``linbench status`` scales by it)."""
+        return self.train.steps * self.tokens_per_step
+
 
 def load_split(cfg: MQARConfig, split: str) -> tuple[torch.Tensor, torch.Tensor]:
     """The split's (inputs, labels), generated once and cached under a hash of its key."""
@@ -96,7 +104,7 @@ def run(cfg: MQARConfig, workdir: Path | None = None, progress: bool = True) -> 
     res = train(model, cfg.train, batch_fn, labelled_lm_loss,
                 eval_fn=lambda m: labelled_accuracy(m, test_x, test_y, cfg.eval_batch_size),
                 metric="accuracy", higher_is_better=True, checkpoint=checkpoint_path(workdir), progress=progress,
-                tokens_per_step=cfg.train.batch_size * cfg.seq_len,
+                tokens_per_step=cfg.tokens_per_step,
                 desc=f"mqar {cfg.model.mixer} L={cfg.seq_len} kv={cfg.num_kv_pairs}")
     last = res.history[-1] if res.history else {}
     return {
@@ -108,7 +116,7 @@ def run(cfg: MQARConfig, workdir: Path | None = None, progress: bool = True) -> 
         "accuracy": res.best,  # best evaluation, as Zoology reports its sweeps
         "final_accuracy": last.get("accuracy"), "test_loss": last.get("test_loss"),
         "train_loss": res.final_loss, "stopped_early": res.stopped_early,
-        "tokens_seen": res.steps * cfg.train.batch_size * cfg.seq_len,
+        "tokens_seen": res.steps * cfg.tokens_per_step,
         **model_metadata(model, cfg.seq_len),
         "mixer_state_size": model.blocks[0].mixer.state_size(cfg.seq_len),
         "total_time": time.perf_counter() - t0,

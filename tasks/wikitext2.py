@@ -103,6 +103,11 @@ class WikiText2Config(StrictConfig):
         check_bounds(self, "wordpiece_vocab", "seq_len", "epochs", "budget_tokens", "eval_every_tokens", "eval_tokens",
                      gt=0)  # None (unset optional fields) passes
 
+    def planned_tokens(self) -> int | None:
+        """The training tokens (``linbench status`` scales by them); None when set in epochs,
+        whose tokens only the tokenized corpus knows."""
+        return self.budget_tokens
+
 
 def preset_config(preset: str = "paper-6L", mixer: str = "attention", **fields) -> WikiText2Config:
     """The task config of a preset for ``mixer``; ``fields`` override the rest."""

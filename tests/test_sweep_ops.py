@@ -5,7 +5,6 @@ real Slurm is in tests/test_slurm.py."""
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import signal
 import subprocess
@@ -140,6 +139,38 @@ def test_time_left_uses_a_heartbeat_else_the_nearest_finished_runs_and_says_whic
     line = time_left(far, {r.run_id: "ok" if r.run_id in ok else "not run" for r in far.runs}, {}, ok)
     assert line == ("left: 1 run(s), about 2.0 h of training summed over runs (1 by finished runs of the same "
                     "label in another setting (rough))")
+
+
+def test_time_left_scales_by_the_tokens_a_run_plans_where_its_task_says():
+    from sweeps import RunConfig
+    from tasks.mad import MADConfig
+    from tasks.mqar import MQARConfig
+    from tasks.wikitext2 import WikiText2Config
+
+    def mqar(steps, batch=64, lr=1e-3):
+        cfg = MQARConfig()
+        return RunConfig("mqar", cfg.replace(train=cfg.train.replace(steps=steps, batch_size=batch, lr=lr)), "m")
+
+    cfg = MQARConfig()
+    assert cfg.planned_tokens() == cfg.train.steps * cfg.train.batch_size * cfg.seq_len
+    mad = MADConfig(task="in-context-recall", setting={"seq_len": 256})
+    assert mad.planned_tokens() == mad.train.steps * mad.train.batch_size * 256  # the setting's length
+    assert WikiText2Config(budget_tokens=5000).planned_tokens() == 5000
+    assert WikiText2Config().planned_tokens() is None  # epochs: only the corpus knows the tokens
+
+    # finished: 1,000 steps of batch 64 at two lrs, in 1,000 s and 2,000 s. To do: 3,000
+    # steps at a third lr (two fields from both: their median per token, 4,500 s, rough) and
+    # 1,000 steps of batch 32 at the first lr (one field: 500 s); a task that plans nothing
+    # keeps its peers' median wall time (the toy's 1 h)
+    done_a, done_b = mqar(1000), mqar(1000, lr=3e-3)
+    long_run, half = mqar(3000, lr=1e-2), mqar(1000, batch=32)
+    t1, t2 = toy("t", seed=0), toy("t", seed=1)
+    sweep = sweep_of(done_a, done_b, long_run, half, t1, t2)
+    ok = {done_a.run_id: 1000.0, done_b.run_id: 2000.0, t1.run_id: 3600.0}
+    states = {r.run_id: "ok" if r.run_id in ok else "not run" for r in sweep.runs}
+    assert time_left(sweep, states, {}, ok) == (  # 8,600 s; unscaled it would be 6,100 s, 1.7 h
+        "left: 3 run(s), about 2.4 h of training summed over runs (1 by finished runs of the same "
+        "label in another setting (rough), 2 by finished runs of the same label)")
 
 
 def test_ctrl_c_says_what_runs_on_and_how_to_cancel_it(tmp_path, capsys, monkeypatch):
