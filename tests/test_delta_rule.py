@@ -4,6 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tasks.train import decays
 from zoo.mixers.gated_deltanet import GatedDeltaNet
 from zoo.ops import gated_delta_rule, gated_delta_rule_chunked, gated_delta_rule_ref
 
@@ -98,8 +99,9 @@ def test_mixer_chunk_size_invariant_defaults_and_state():
         assert (m.n_heads, m.head_dim, m.head_v_dim) == (4, head_dim, 2 * head_dim)
     assert GatedDeltaNet(256).state_size(10) == GatedDeltaNet(256).state_size(4096) \
         == 4 * 48 * 96 + (2 * 192 + 384) * 3
-    assert all(getattr(GatedDeltaNet(64), n)._no_weight_decay
-               for n in ("A_log", "dt_bias", "norm_weight"))
+    m = GatedDeltaNet(64)
+    assert m.A_log._no_weight_decay and m.dt_bias._no_weight_decay  # as fla marks them
+    assert not any(decays(p) for p in (m.A_log, m.dt_bias, m.norm_weight))  # the gain: 1-D
     with pytest.raises(ValueError, match="head_dim"):
         GatedDeltaNet(40)  # 0.75 * 40 / 4 is not an integer
     assert GatedDeltaNet(40, head_dim=8).key_dim == 32

@@ -73,8 +73,8 @@ class GatedDeltaNet(Mixer):
         self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus
         self.norm_weight = nn.Parameter(torch.ones(self.head_v_dim))  # shared by the heads
         self.out_proj = nn.Linear(self.value_dim, d_model, bias=False)
-        for p in (self.A_log, self.dt_bias, self.norm_weight):
-            p._no_weight_decay = True  # as in fla; the training loop honours it
+        for p in (self.A_log, self.dt_bias):
+            p._no_weight_decay = True  # as in fla; the training loop honours it (and never decays 1-D norm gains)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, L, _ = x.shape  # (B, L, D)

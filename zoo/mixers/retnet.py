@@ -16,6 +16,10 @@ Choices:
   scaling too, and the decay already provides the distance penalty.
 - values are expand_v = 2 times wider than keys, as in the paper (the gate and the
   output projection follow the value width).
+- the paper's GroupNorm per head (mean-centred, a gain and bias per channel); fla's
+  MultiScaleRetention and torchscale's current code take an RMSNorm per head instead, and
+  fla's decays are the h' = 0..H-1 form. With those two swapped for fla's, the rest of
+  this mixer is fla's layer (tests/test_peer_layers.py).
 - no retention-score normalisation: torchscale rescales each row of the parallel
   form for numerical range, which the per-token GroupNorm undoes anyway.
 """

@@ -5,6 +5,11 @@ x_t and x_{t-1}, one each for the decay w, key, value, receptance and gate; the
 decay is data-dependent too (base + low-rank tanh LoRA, w = -exp(...) in log space);
 a per-head matrix state is read by the receptance with a bonus u for the current
 token (zoo.ops.rwkv6_scan); GroupNorm per head, SiLU gate, output projection.
+
+It is fla's RWKV6Attention with expand_k = expand_v = 1, heads of ``head_size``
+(default 32 here, 64 in RWKV-LM), proj_low_rank_dim = ``mix_rank``, gate_low_rank_dim =
+``decay_rank`` and norm_eps 64e-5 (tests/test_peer_layers.py), initialised as RWKV-LM's
+x060 code initialises a middle layer where fla's layer starts from zeros.
 """
 from __future__ import annotations
 
