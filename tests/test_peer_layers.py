@@ -1,12 +1,14 @@
-"""Our fla-family mixers against flash-linear-attention's own layers, with the same weights.
+"""Our recurrent mixers against the peers' own layers, with the same weights.
 
-The fast-path tests (test_fastpath_kernels.py) prove that our *calls* of fla's kernels match
-our torch paths; this proves the *blocks* around them are the layers they claim to be:
-fla's GatedDeltaNet, RWKV6Attention, GatedLinearAttention and MultiScaleRetention, built
-with the arguments our docstrings name, their weights moved off init and copied into ours
-(a pure renaming or re-indexing, so the same map carries fla's gradients into our layout),
-then output, input gradient and every weight gradient compared. fla runs its own Triton
-kernels under the interpreter (kernel_standins), our side its pure-torch path.
+The fast-path tests (test_fastpath_kernels.py) prove that our *calls* of the peers' kernels
+match our torch paths; this proves the *blocks* around them are the layers they claim to be:
+mamba_ssm's Mamba and Mamba2, fla's GatedDeltaNet, RWKV6Attention, GatedLinearAttention and
+MultiScaleRetention, built with the arguments our docstrings name, their weights moved off
+init and copied into ours (a pure renaming or re-indexing, so the same map carries the
+peer's gradients into our layout), then output, input gradient and every weight gradient
+compared. The peers run their own code (kernel_standins: Triton kernels under the
+interpreter; mamba_simple's CUDA scan replaced by mamba_ssm's selective_scan_ref), our side
+its pure-torch path.
 
 RetNet differs from fla's layer in two documented choices (zoo/mixers/retnet.py): its decay
 spread and its GroupNorm. Its test puts fla's decays and per-head RMSNorm into our instance
@@ -16,6 +18,7 @@ Lengths: 100 takes fla's chunk kernels (with gradients it always does); a forwar
 eval mode without gradients takes its fused_recurrent ones where it has them."""
 from __future__ import annotations
 
+import types
 import warnings
 
 import pytest
@@ -32,21 +35,50 @@ RTOL = 1e-4  # max |ours - fla| / max |fla| per tensor; measured 1e-6 to 1e-5 in
 
 
 @pytest.fixture(scope="module")
-def fla_layers():
-    kernel_standins.install()
+def peers():
+    ks = kernel_standins.install()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # fla warns that Triton has no GPU here
-        from fla import layers
-    kernel_standins._pin_autotuners()  # the fla modules imported just now
-    return layers
+        from fla import layers as fla
+        from mamba_ssm.modules import mamba2, mamba_simple
+    kernel_standins._pin_autotuners()  # the modules imported just now
+    return types.SimpleNamespace(fla=fla, mamba_simple=mamba_simple, mamba2=mamba2, ks=ks)
 
 
 def rename(names: dict):
     return lambda f: {ours: f[theirs] for ours, theirs in names.items()}
 
 
-def gated_deltanet(fla):
+def mamba(peers, monkeypatch):
+    from zoo.mixers.mamba import Mamba
+    ours = Mamba(D)  # d_state 16, expand 2, dt_rank 4
+    # use_fast_path=False scans with selective_scan_fn, the CUDA scan: its reference instead
+    monkeypatch.setattr(peers.mamba_simple, "selective_scan_fn", peers.ks.selective_scan_ref)
+    theirs = peers.mamba_simple.Mamba(d_model=D, d_state=16, d_conv=4, expand=2, dt_rank=4, conv_bias=True,
+                                      bias=False, use_fast_path=False)
+    same = ["in_proj.weight", "conv1d.weight", "conv1d.bias", "x_proj.weight", "dt_proj.weight",
+            "dt_proj.bias", "out_proj.weight", "A_log", "D"]
+    return ours, theirs, rename({n: n for n in same})
+
+
+def mamba2_options(ngroups):
+    def build(peers, monkeypatch):
+        from zoo.mixers.mamba2 import Mamba2
+        opts = dict(d_state=16, headdim=16, ngroups=2) if ngroups > 1 else {}  # 8 heads, 4 a group
+        ours = Mamba2(D, **opts)
+        theirs = peers.mamba2.Mamba2(d_model=D, d_state=ours.d_state, d_conv=4, expand=2, headdim=ours.headdim,
+                                     ngroups=ours.ngroups, D_has_hdim=False, rmsnorm=True, norm_before_gate=False,
+                                     bias=False, conv_bias=True, chunk_size=ours.chunk_size,
+                                     use_mem_eff_path=ngroups == 1)  # its fused block, else its separate kernels
+        same = ["in_proj.weight", "conv1d.weight", "conv1d.bias", "dt_bias", "A_log", "D", "out_proj.weight"]
+        return ours, theirs, rename({**{n: n for n in same}, "norm_weight": "norm.weight"})
+    build.__name__ = "mamba2" if ngroups == 1 else f"mamba2_ngroups{ngroups}"
+    return build
+
+
+def gated_deltanet(peers, monkeypatch):
     from zoo.mixers.gated_deltanet import GatedDeltaNet
+    fla = peers.fla
     ours = GatedDeltaNet(D)  # 4 heads of 12, values 2x wider
     theirs = fla.GatedDeltaNet(hidden_size=D, expand_v=2, head_dim=12, num_heads=4, mode="chunk",
                                use_gate=True, use_short_conv=True, allow_neg_eigval=False, conv_size=4,
@@ -60,8 +92,9 @@ def gated_deltanet(fla):
     return ours, theirs, to_ours
 
 
-def rwkv6(fla):
+def rwkv6(peers, monkeypatch):
     from zoo.mixers.rwkv6 import RWKV6
+    fla = peers.fla
     ours = RWKV6(D)  # heads of 32, mixing rank 32, decay rank 64, keys and values D wide
     theirs = fla.RWKV6Attention(mode="chunk", hidden_size=D, expand_k=1.0, expand_v=1.0, num_heads=D // 32,
                                 proj_low_rank_dim=32, gate_low_rank_dim=64, norm_eps=64e-5)
@@ -80,8 +113,9 @@ def rwkv6(fla):
     return ours, theirs, to_ours
 
 
-def gla(fla):
+def gla(peers, monkeypatch):
     from zoo.mixers.gla import GLA
+    fla = peers.fla
     ours = GLA(D)
     theirs = fla.GatedLinearAttention(mode="chunk", hidden_size=D, expand_k=0.5, expand_v=1.0, num_heads=4,
                                       use_short_conv=False, use_output_gate=True, gate_fn="swish", norm_eps=1e-5,
@@ -105,8 +139,9 @@ class HeadRMSNorm(nn.Module):
         return (y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight).flatten(-2)
 
 
-def retnet(fla):
+def retnet(peers, monkeypatch):
     from zoo.mixers.retnet import RetNet
+    fla = peers.fla
     H = 4
     ours = RetNet(D, n_heads=H)
     theirs = fla.MultiScaleRetention(mode="chunk", hidden_size=D, expand_k=1.0, expand_v=2.0, num_heads=H,
@@ -139,10 +174,11 @@ def close(ours, theirs, what):
 
 
 @pytest.mark.filterwarnings("ignore:According to Bo")  # fla warns about its RWKV-6 on every build
-@pytest.mark.parametrize("build", [gated_deltanet, rwkv6, gla, retnet], ids=lambda b: b.__name__)
-def test_mixer_is_fla_s_layer_with_the_same_weights(fla_layers, build):
+@pytest.mark.parametrize("build", [mamba, mamba2_options(1), mamba2_options(2), gated_deltanet, rwkv6, gla, retnet],
+                         ids=lambda b: b.__name__)
+def test_mixer_is_the_peer_s_layer_with_the_same_weights(peers, monkeypatch, build):
     torch.manual_seed(0)
-    ours, theirs, to_ours = build(fla_layers)
+    ours, theirs, to_ours = build(peers, monkeypatch)
     with torch.no_grad():  # off init: norm gains of 1, zero biases and decays would hide a mix-up
         for p in theirs.parameters():
             p.add_(0.3 * (p.abs().mean() + 0.1) * torch.randn_like(p))
