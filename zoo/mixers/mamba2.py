@@ -9,6 +9,9 @@ Parameters and initialisation follow mamba_ssm's ``Mamba2`` module (rmsnorm=True
 norm_before_gate=False, no projection biases, conv bias). On CUDA with mamba_ssm and
 causal_conv1d importable, the whole block after in_proj runs as mamba_ssm's fused
 ``mamba_split_conv1d_scan_combined``; otherwise the readable path below runs.
+Its defaults are smaller than mamba_ssm's (d_state 64, headdim 32, chunk 64 against 128,
+64, 256) for the small widths of a CPU; with the same arguments it is mamba_ssm's module
+(tests/test_peer_layers.py).
 """
 from __future__ import annotations
 
