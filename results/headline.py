@@ -32,11 +32,13 @@ def mqar_table(frame: pd.DataFrame) -> str:
     """Best accuracy over learning rates at each (mixer, L, width), one row per mixer
     (best first at the longest L), one column per L holding the widths' values (marked *
     while some of the point's learning rates have not finished, † where a point, unsolved
-    but above chance, has its best at the largest or smallest learning rate tried), and the model's
+    but above the 1/kv floor (``findings.grid_bound``), has its best at the largest or
+    smallest learning rate tried), and the model's
     inference state at the longest L."""
     best = mqar_best(frame)
     lengths, widths = sorted(best["seq_len"].unique()), sorted(best["d_model"].unique())
     lrs = best["lrs_tried"].max()  # a point with fewer finished so far is marked *
+    kv = best.groupby("seq_len")["num_kv_pairs"].first().astype(int)
     longest = best[best["seq_len"] == lengths[-1]]
     order = longest.groupby("label")["accuracy"].mean().sort_values(ascending=False).index.tolist()
     order += sorted(set(best["label"]) - set(order))
@@ -47,12 +49,11 @@ def mqar_table(frame: pd.DataFrame) -> str:
         for L in lengths:
             at = mine[mine["seq_len"] == L].set_index("d_model")
             cells.append(" / ".join(f"{at.at[d, 'accuracy']:.3f}" + ("*" if at.at[d, "lrs_tried"] < lrs else "")
-                                    + ("†" if grid_bound(at.at[d, "accuracy"], at.at[d, "lr_edge"]) else "")
+                                    + ("†" if grid_bound(at.at[d, "accuracy"], at.at[d, "lr_edge"], kv[L]) else "")
                                     if d in at.index else "–" for d in widths))
         state = mine[mine["seq_len"] == lengths[-1]].set_index("d_model")["state_size"]
         cells.append(" / ".join(f"{int(state[d]):,}" if d in state else "–" for d in widths))
         lines.append([label, *cells])
-    kv = best.groupby("seq_len")["num_kv_pairs"].first().astype(int)
     header = ["mixer", *(f"L = {int(L)}, {kv[L]} pairs" for L in lengths), f"state floats at L = {lengths[-1]}"]
     return markdown_table(header, lines, ["---"] + ["---:"] * (len(header) - 1))
 

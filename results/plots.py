@@ -17,7 +17,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
-from results.stats import best_over_lr, mad_scores, published_mad_by_mixer, read_published  # noqa: E402
+from results.stats import best_over_lr, mad_scores, published_mad_by_mixer, read_published, tried_runs  # noqa: E402
 
 CI = ("ci", 95)
 # Scaling measurements by the names a record may use for them, with their axis label.
@@ -36,13 +36,15 @@ def _hue(df: pd.DataFrame) -> str:
     return "mixer" if "mixer" in df else "label"
 
 
-def _ok(df: pd.DataFrame, task: str) -> pd.DataFrame:
-    """The task's rows of finished runs, with whole-number columns back to integers (a
+def _ok(df: pd.DataFrame, task: str, tried: bool = False) -> pd.DataFrame:
+    """The task's rows of finished runs (``tried``: with the diverged ones, as
+    ``stats.tried_runs`` scores them), with whole-number columns back to integers (a
     column that another task leaves empty turns float: "L = 64.0" in a title)."""
     if "task" not in df:
         return df.iloc[0:0]
     rows = df[df["task"] == task]
-    rows = rows[rows["run_status"] == "ok"] if "run_status" in rows else rows
+    if "run_status" in rows:
+        rows = tried_runs(rows) if tried else rows[rows["run_status"] == "ok"]
     rows = rows.dropna(axis=1, how="all").copy()
     for col in ("seq_len", "d_model", "num_kv_pairs", "seed", "params", "n_layers"):
         if col in rows and pd.api.types.is_float_dtype(rows[col]):
@@ -163,7 +165,7 @@ def _mqar_panels(points: pd.DataFrame, x: str, hue: str, **line):
 
 def _mqar_best(df: pd.DataFrame) -> tuple[pd.DataFrame, str] | None:
     """Each (model, width, length, kv pairs, seed) at its best learning rate."""
-    rows = _ok(df, "mqar")
+    rows = _ok(df, "mqar", tried=True)
     if rows.empty or "accuracy" not in rows:
         return None
     hue = _hue(rows)

@@ -135,7 +135,8 @@ def records_frame(records: list[dict]):
     ``points`` list is exploded). Columns: run_id, sweep, task, label, status and
     run_status (the record's), error, resumed, attempts, git_commit, host, executor,
     slurm_job_id, ``config.<path>`` for every config field, the
-    task's metrics by their own names, and for exploded rows each point's fields (a
+    task's metrics by their own names, ``model_json`` (the config's ``model``, whole, as
+    JSON), and for exploded rows each point's fields (a
     point field that shadows a run-level one keeps the plain name, e.g. a point's
     ``status`` "oom"; the run-level value moves to ``run.<name>``)."""
     rows = []
@@ -148,6 +149,10 @@ def records_frame(records: list[dict]):
         prov = rec.get("provenance") or {}
         base.update({k: prov.get(k) for k in ("git_commit", "host", "executor", "slurm_job_id")})
         base.update(_flatten(rec.get("config", {}), "config."))
+        # The model's config whole as well: its nested fields (a hybrid's mixer and options)
+        # are flattened into columns that other rows lack, so they cannot be read back exactly.
+        model = (rec.get("config") or {}).get("model")
+        base["model_json"] = json.dumps(model, sort_keys=True) if isinstance(model, dict) else None
         metrics = dict(rec.get("metrics") or {})
         points = metrics.pop("points", None)
         for key, value in metrics.items():

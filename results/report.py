@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .stats import best_over_lr, gap_interval, mad_scores, published_mad_scores, read_published
+from .stats import best_over_lr, gap_interval, mad_scores, published_mad_scores, read_published, tried_runs
 
 # The metrics a task's table shows first; other tasks show what looks like a metric.
 HEADLINE = {
@@ -68,11 +68,12 @@ def _group_keys(rows: pd.DataFrame) -> list[str]:
     return ["label"] + (["setting"] if "setting" in rows and rows["setting"].nunique(dropna=False) > 1 else [])
 
 
-def mqar_section(ok: pd.DataFrame) -> str:
+def mqar_section(tried: pd.DataFrame) -> str:
     """A row per point of Zoology's grid (label, length, kv pairs, width); its accuracy is
-    the best over learning rates per seed, then mean ± sd over seeds."""
-    keys = [k for k in ("label", "seq_len", "num_kv_pairs", "d_model") if k in ok]
-    best = best_over_lr(ok, keys)
+    the best over learning rates per seed (``tried``: ``stats.tried_runs``), then mean ±
+    sd over seeds."""
+    keys = [k for k in ("label", "seq_len", "num_kv_pairs", "d_model") if k in tried]
+    best = best_over_lr(tried, keys)
     counts = [c for c in ("state_size", *COUNTS) if c in best and best[c].notna().any()]
     has_lr = "lr" in best and best["lr"].notna().any()
     body = []
@@ -87,7 +88,8 @@ def mqar_section(ok: pd.DataFrame) -> str:
     header = [names.get(c, c) for c in (*keys, *counts)] + ["accuracy"]
     header += ["best lr", "lrs tried"] if has_lr else []
     return ("## mqar\n\nState size: floats of inference state. Accuracy: per seed the best over the "
-            "learning rates tried (finished runs), then mean ± sd over seeds.\n\n"
+            "learning rates tried (finished runs, and diverged ones at their best evaluation before), then "
+            "mean ± sd over seeds.\n\n"
             + markdown_table([*header, "seeds"], body))
 
 
@@ -147,7 +149,7 @@ def task_section(rows: pd.DataFrame, task: str) -> str:
     if ok.empty or not metrics:
         return f"## {task}\n\nNo finished runs with metrics."
     if task == "mqar" and "accuracy" in ok:
-        return mqar_section(ok)
+        return mqar_section(tried_runs(rows))
     if task == "mad" and "accuracy" in ok:
         return mad_section(ok)
     keys = _group_keys(ok)

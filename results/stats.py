@@ -11,6 +11,18 @@ import pandas as pd
 from .records import PUBLISHED
 
 
+def tried_runs(rows: pd.DataFrame) -> pd.DataFrame:
+    """The runs that count in a best-of-learning-rates point: the finished ones and the
+    diverged ones (final too: a learning rate tried, which failed; left out, its point
+    would wait for it forever), a diverged run scored by its best evaluation before it
+    diverged, 0 where it had none."""
+    rows = rows[rows["run_status"].isin(("ok", "diverged"))]
+    if "accuracy" not in rows:
+        return rows
+    unscored = (rows["run_status"] == "diverged") & rows["accuracy"].isna()
+    return rows.assign(accuracy=rows["accuracy"].mask(unscored, 0.0))
+
+
 def best_over_lr(rows: pd.DataFrame, keys) -> pd.DataFrame:
     """Zoology's rule for MQAR: a point (``keys`` and seed) is its run of best accuracy
     over the learning rates tried, so a model is not judged by a learning rate that

@@ -14,12 +14,17 @@ OPTIONS = {"sliding_window": {"window": 16, "n_heads": 1}, "grassmann": {}, "att
 
 
 def _mqar(label, L, d, lr, acc, state=1):
-    mixer = label if label in OPTIONS else "attention"
-    model = {"mixer": mixer, "d_model": d, "n_layers": 2, "vocab_size": 512, "max_len": L, "d_ff": 0}
+    mixer = label.split("+")[0] if label.split("+")[0] in OPTIONS else "attention"
+    model = {"mixer": mixer, "d_model": d, "n_layers": 2, "vocab_size": 512, "max_len": L, "d_ff": 0,
+             "mixer_options": OPTIONS[mixer]}
+    if label == "grassmann+attention":  # records_frame flattens the nested dict into columns others lack
+        model["hybrid"] = {"mixer": "attention", "every": 2, "options": {"n_heads": 1}}
+    flat = {f"config.model.{k}": v for k, v in model.items() if not isinstance(v, dict)}
+    flat.update({f"config.model.hybrid.{k}": v for k, v in model.get("hybrid", {}).items() if k != "options"})
     return {"task": "mqar", "run_status": "ok", "label": label, "seq_len": L, "num_kv_pairs": L // 16,
             "d_model": d, "lr": lr, "accuracy": acc, "state_size": state, "seed": 0, "vocab_size": 512,
             "config.num_test_examples": 300, "config.power_a": 0.01, "config.random_non_queries": True,
-            **{f"config.model.{k}": v for k, v in model.items()}, "mixer_options": json.dumps(OPTIONS[mixer])}
+            **flat, "mixer_options": json.dumps(OPTIONS[mixer]), "model_json": json.dumps(model)}
 
 
 def test_mqar_table_keeps_the_best_lr_and_ranks_by_the_longest_length():
@@ -34,8 +39,15 @@ def test_mqar_table_keeps_the_best_lr_and_ranks_by_the_longest_length():
     rows += [_mqar("a", 128, 32, lr, acc) for lr, acc in ((1e-3, 0.995), (3e-3, 0.2), (1e-2, 0.1))]
     rows += [_mqar("b", L, 32, lr, acc) for L in (64, 128) for lr, acc in ((1e-3, 0.3), (3e-3, 0.2), (1e-2, 0.1))]
     rows += [_mqar("c", L, 32, lr, acc) for L in (64, 128) for lr, acc in ((1e-3, 0.009), (3e-3, 0.002), (1e-2, 0.001))]
+    # d sits on the 1/kv floor (0.25 at 4 pairs), where a model recalls nothing: which lr won is noise
+    rows += [_mqar("d", 64, 32, lr, acc) for lr, acc in ((1e-3, 0.255), (3e-3, 0.25), (1e-2, 0.24))]
     assert mqar_table(pd.DataFrame(rows)).splitlines()[2:] == [  # c is at chance: which lr won is noise
-        "| a | 0.600 | 0.995 | 1 |", "| b | 0.300† | 0.300† | 1 |", "| c | 0.009 | 0.009 | 1 |"]
+        "| a | 0.600 | 0.995 | 1 |", "| b | 0.300† | 0.300† | 1 |", "| c | 0.009 | 0.009 | 1 |",
+        "| d | 0.255 | – | – |"]
+    # a diverged run is a learning rate tried (its best evaluation before, 0 if none): its point is complete
+    rows = [_mqar("a", 64, 32, 1e-3, 0.5), {**_mqar("a", 64, 32, 1e-2, float("nan")), "run_status": "diverged"},
+            _mqar("b", 64, 32, 1e-3, 0.4), {**_mqar("b", 64, 32, 1e-2, 0.6), "run_status": "diverged"}]
+    assert mqar_table(pd.DataFrame(rows)).splitlines()[2:] == ["| b | 0.600† | 1 |", "| a | 0.500† | 1 |"]
 
 
 def test_lm_table_gives_the_gap_with_its_interval():
@@ -103,8 +115,15 @@ def test_zoology_findings_judge_each_claim_from_the_best_lr():
                 for line in zoology_findings(pd.DataFrame(rows)).splitlines()[2:]}
     got = {claim.split(",")[0].split(" ")[0]: v for claim, v in verdicts.items()}
     assert got == {"attention": "yes", "a": "yes", "the": "yes", "learned": "yes", "mamba2": "yes",
-                   "rwkv6": "untested: solves every point", "gated_deltanet": "pending",
+                   "rwkv6": "untested: d 32 solves both, d 64 solves both", "gated_deltanet": "pending",
                    "one": "so far yes (1 of 2)"}
+    # a fixed-state width on the 1/kv floor at the shortest L cannot lose recall: named, not counted;
+    # its point at L 128 diverging at the second lr still completes it
+    rows += [_mqar("gated_deltanet", 64, 64, lr, 0.25) for lr in (1e-3, 1e-2)]
+    rows += [_mqar("gated_deltanet", 128, 64, 1e-3, 0.1),
+             {**_mqar("gated_deltanet", 128, 32, 1e-2, float("nan")), "run_status": "diverged"}]
+    lines = zoology_findings(pd.DataFrame(rows)).splitlines()
+    assert lines[8].startswith("| gated_deltanet") and lines[8].endswith("| yes (d 32†); untested: d 64 recalls nothing at L 64 |")  # †: 0.3 at its smaller lr
     # a window above its reach, or a Grassmann row far from the window's, is named
     rows = [{**r, "accuracy": 0.9} if r["label"] == "sliding_window" and r["seq_len"] == 128 and r["d_model"] == 64
             else r for r in rows]
@@ -166,7 +185,8 @@ def test_mad_reach_sets_each_local_mixers_scores_beside_its_ceilings():
         return {"task": "mad", "run_status": "ok", "label": label, "mad_task": task, "lr": lr, "weight_decay": 0.0,
                 "setting": json.dumps(setting, sort_keys=True), "accuracy": acc, "seed": 0,
                 "vocab_size": setting["vocab_size"], "mixer_options": json.dumps(options),
-                **{f"config.model.{k}": v for k, v in model.items()}}
+                **{f"config.model.{k}": v for k, v in model.items()},
+                "model_json": json.dumps({**model, "mixer_options": options})}
     window = {"window": 4, "n_heads": 1}
     frame = pd.DataFrame([run("win", "sliding_window", window, "compression", 0.2),
                           run("win", "sliding_window", window, "compression", 0.25, lr=1e-2),
