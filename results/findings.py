@@ -144,8 +144,10 @@ def zoology_findings(frame: pd.DataFrame) -> str:
     # through a bug or guessing); a better learning rate could only break a "yes".
     shares = reach_shares(best, "sliding_window")
     window = [("sliding_window", L, d) for L in lengths for d in widths]
-    checks = [(complete(p), p in at and at[p][0] <= shares[p[1]] + SLACK, f"L {p[1]} d {p[2]}", p in edged)
-              for p in window]
+    checks = []
+    for p in window:
+        holds = p in at and at[p][0] <= shares[p[1]] + SLACK
+        checks.append((complete(p), holds, f"L {p[1]} d {p[2]}", holds and p in edged))
     evidence = "; ".join(f"L {L}: {widths_at('sliding_window', L)} ≤ {shares[L]:.3f}" for L in lengths
                          if L in shares)
     rows.append(["a local window recalls only within its reach (accuracy ≤ the share of queries "
