@@ -235,8 +235,10 @@ def gap_placement(frame: pd.DataFrame, published: pd.DataFrame, setting: str = "
 def mad_agreement(frame: pd.DataFrame, published: pd.DataFrame) -> str:
     """Per MAD task (and the MAD score): the mixers both MAD's published table and our
     records have, in MAD's order and in ours, and how many of their pairs keep MAD's
-    order (a tie on either side counts as kept). The MAD score row counts only the mixers
-    we have run on every task the published score averages."""
+    order. A pair within SLACK on either side is a tie, counted apart: three mixers that
+    all solve a task at our budget say nothing about MAD's order among them. The MAD
+    score row counts only the mixers we have run on every task the published score
+    averages."""
     ok = frame[(frame["task"] == "mad") & (frame["run_status"] == "ok")]
     ours = mad_scores(ok)
     theirs = published_mad_by_mixer(published)
@@ -251,9 +253,12 @@ def mad_agreement(frame: pd.DataFrame, published: pd.DataFrame) -> str:
         order = (lambda table: " > ".join(f"{m} {table.at[m, task]:.3f}"
                                            for m in sorted(have, key=lambda m: -table.at[m, task])))
         pairs = [(a, b) for i, a in enumerate(have) for b in have[i + 1:]]
-        kept = sum((theirs.at[a, task] - theirs.at[b, task]) * (ours.at[a, task] - ours.at[b, task]) >= 0
-                   for a, b in pairs)
-        rows.append([task, order(theirs), order(ours), f"{kept} of {len(pairs)}"])
+        gaps = [(theirs.at[a, task] - theirs.at[b, task], ours.at[a, task] - ours.at[b, task]) for a, b in pairs]
+        untied = [(t, o) for t, o in gaps if min(abs(t), abs(o)) >= SLACK]
+        kept = sum(t * o > 0 for t, o in untied)
+        tied = len(gaps) - len(untied)
+        said = (f"{kept} of {len(untied)}" if untied else "–") + (f" ({tied} tied)" if tied else "")
+        rows.append([task, order(theirs), order(ours), said])
     header = ["task", "MAD (published)", "linbench (mad_cpu)", "pairs in MAD's order"]
     return markdown_table(header, rows, ["---", "---", "---", "---:"])
 

@@ -175,6 +175,15 @@ def test_mad_agreement_counts_the_pairs_in_mads_order():
     assert lines[3] == "| memorization | attention 0.900 > gla 0.700 | attention 1.000 > gla 0.200 | 1 of 1 |"
     # the score only for the mixers we ran on every published task (mamba lacks memorization)
     assert lines[4] == "| MAD score | attention 0.750 > gla 0.550 | attention 0.750 > gla 0.300 | 1 of 1 |"
+    # a pair within 0.01 on either side is a tie, neither kept nor broken
+    solved = pd.DataFrame([run("attention", "memorization", 1.0), run("mamba", "memorization", 0.995),
+                           run("gla", "memorization", 0.999)])
+    assert mad_agreement(solved, pub).splitlines()[2].endswith("| – (3 tied) |")
+    solved.loc[solved["label"] == "gla", "accuracy"] = 0.5  # gla now below both: MAD's order, twice
+    assert mad_agreement(solved, pub).splitlines()[2].endswith("| 2 of 2 (1 tied) |")
+    solved.loc[solved["label"] == "gla", "accuracy"] = 1.0
+    solved.loc[solved["label"] == "attention", "accuracy"] = 0.5  # attention last: against MAD twice
+    assert mad_agreement(solved, pub).splitlines()[2].endswith("| 0 of 2 (1 tied) |")
 
 
 def test_mad_reach_sets_each_local_mixers_scores_beside_its_ceilings():
