@@ -34,7 +34,7 @@ def mqar_table(frame: pd.DataFrame) -> str:
     while some of the point's learning rates have not finished, † where a point, unsolved
     but above the 1/kv floor (``findings.grid_bound``), has its best at the largest or
     smallest learning rate tried), and the model's
-    inference state at the longest L."""
+    inference state at the longest L (at the row's own longest, named, if it stops short)."""
     best = mqar_best(frame)
     lengths, widths = sorted(best["seq_len"].unique()), sorted(best["d_model"].unique())
     lrs = best["lrs_tried"].max()  # a point with fewer finished so far is marked *
@@ -51,8 +51,11 @@ def mqar_table(frame: pd.DataFrame) -> str:
             cells.append(" / ".join(f"{at.at[d, 'accuracy']:.3f}" + ("*" if at.at[d, "lrs_tried"] < lrs else "")
                                     + ("†" if grid_bound(at.at[d, "accuracy"], at.at[d, "lr_edge"], kv[L]) else "")
                                     if d in at.index else "–" for d in widths))
-        state = mine[mine["seq_len"] == lengths[-1]].set_index("d_model")["state_size"]
-        cells.append(" / ".join(f"{int(state[d]):,}" if d in state else "–" for d in widths))
+        # a row run only at shorter lengths (a control) gives its state at its longest, named
+        reach = mine["seq_len"].max()
+        state = mine[mine["seq_len"] == reach].set_index("d_model")["state_size"]
+        cells.append(" / ".join(f"{int(state[d]):,}" if d in state else "–" for d in widths)
+                     + ("" if reach == lengths[-1] else f" (L = {int(reach)})"))
         lines.append([label, *cells])
     header = ["mixer", *(f"L = {int(L)}, {kv[L]} pairs" for L in lengths), f"state floats at L = {lengths[-1]}"]
     return markdown_table(header, lines, ["---"] + ["---:"] * (len(header) - 1))

@@ -43,7 +43,7 @@ def test_mqar_table_keeps_the_best_lr_and_ranks_by_the_longest_length():
     rows += [_mqar("d", 64, 32, lr, acc) for lr, acc in ((1e-3, 0.255), (3e-3, 0.25), (1e-2, 0.24))]
     assert mqar_table(pd.DataFrame(rows)).splitlines()[2:] == [  # c is at chance: which lr won is noise
         "| a | 0.600 | 0.995 | 1 |", "| b | 0.300† | 0.300† | 1 |", "| c | 0.009 | 0.009 | 1 |",
-        "| d | 0.255 | – | – |"]
+        "| d | 0.255 | – | 1 (L = 64) |"]  # run at L 64 only: its state there, named
     # a diverged run is a learning rate tried (its best evaluation before, 0 if none): its point is complete
     rows = [_mqar("a", 64, 32, 1e-3, 0.5), {**_mqar("a", 64, 32, 1e-2, float("nan")), "run_status": "diverged"},
             _mqar("b", 64, 32, 1e-3, 0.4), {**_mqar("b", 64, 32, 1e-2, 0.6), "run_status": "diverged"}]
