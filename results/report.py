@@ -247,9 +247,11 @@ def report_markdown(df: pd.DataFrame, published: pd.DataFrame | None = None, tit
     for task in sorted(df["task"].dropna().unique()):
         parts.append(task_section(df[df["task"] == task], task))
     if published is not None and not published.empty:
-        if "mad" in set(df["task"]):
+        if "mad" in set(df["task"]):  # MAD's scores are per model and task: a table of their own
             parts.append(mad_published_section(published))
-        parts.append(published_section(df, published))
+        rest = df[df["task"] != "mad"]
+        if not rest.empty:
+            parts.append(published_section(rest, published[published["task"] != "mad"]))
     return "\n\n".join(parts) + "\n"
 
 

@@ -347,6 +347,13 @@ def test_mad_score_is_the_mean_of_best_of_sweep_accuracies():
     assert table.loc["b", "MAD score"] == pytest.approx(0.1)  # the mean over the tasks it ran
     assert list(table.index) == ["a", "b"]
     assert "| a | 0.75 | 0.6 | 0.9 | 3 |" in report_markdown(rows.assign(run_id=range(5)))
+    # MAD's published scores get their own table; no "no published row matches" below it
+    pub = pd.DataFrame([{"task": "mad", "source": "MAD", "setting": t, "model": "Transformer", "mixer": "attention",
+                         "metric": "accuracy", "split": "test", "value": v}
+                        for t, v in (("copy", 0.5), ("recall", 0.7), ("average", 0.6))])
+    text = report_markdown(rows.assign(run_id=range(5)), pub)
+    assert "## mad: the published scores" in text and "| Transformer | 0.6 | 0.5 | 0.7 |" in text
+    assert "Beside the published numbers" not in text
 
 
 def test_mad_figure_shows_each_task_and_the_score(tmp_path, monkeypatch):
