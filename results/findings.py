@@ -32,7 +32,8 @@ from tasks.mqar_data import key_distances, mqar_examples
 from zoo.causality import receptive_offsets
 
 from .report import markdown_table
-from .stats import best_over_lr, gap_interval, mad_scores, published_mad_by_mixer, tried_runs
+from .stats import (best_over_lr, gap_interval, mad_scores, published_mad_by_mixer, shared_settings,
+                    tried_runs)
 
 SOLVED = 0.99  # Zoology's stopping accuracy: a point at or above it is solved
 # A model that has learnt the format but recalls nothing answers each query with one of the
@@ -271,7 +272,7 @@ def mad_reach(frame: pd.DataFrame) -> str:
     single answer position). The ceiling is a pooled share and the score MAD's macro
     accuracy, so a model answering exactly what it can reach may sit a little off it."""
     ok = frame[(frame["task"] == "mad") & (frame["run_status"] == "ok")]
-    best = best_over_lr(ok, ["label", "mad_task", "setting"])
+    best = best_over_lr(shared_settings(ok), ["label", "mad_task", "setting"])
     answers = {}  # (task, setting, seed) -> answer offsets of the test split
     lines, tasks = [], sorted(best["mad_task"].unique())
     for label, mine in best.groupby("label"):

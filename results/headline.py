@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from .findings import gap_placement, grid_bound, mad_agreement, mad_reach, mqar_best, zoology_findings
-from .report import markdown_table
+from .report import mad_changes, markdown_table
 from .stats import gap_interval, mad_scores, published_mad_scores, read_published
 
 REFERENCE = Path(__file__).resolve().parent / "reference"
@@ -136,7 +136,8 @@ TABLES = {"mqar_cpu": ("mqar_cpu", mqar_table),
           "wikitext2_6L_cpu_gap": ("wikitext2_6L_cpu", lambda frame: gap_placement(frame, read_published())),
           "mad_cpu": ("mad_cpu", mad_table),
           "mad_cpu_agreement": ("mad_cpu", lambda frame: mad_agreement(frame, read_published())),
-          "mad_cpu_reach": ("mad_cpu", mad_reach)}
+          "mad_cpu_reach": ("mad_cpu", mad_reach),
+          "mad_cpu_changes": ("mad_cpu", mad_changes)}
 
 
 def tables() -> dict[str, str]:

@@ -9,12 +9,14 @@ line, so variants of one mixer sit side by side under the number they try to rep
 from __future__ import annotations
 
 import datetime
+import json
 import math
 from pathlib import Path
 
 import pandas as pd
 
-from .stats import best_over_lr, gap_interval, mad_scores, published_mad_scores, read_published, tried_runs
+from .stats import (best_over_lr, gap_interval, mad_scores, published_mad_scores, read_published, shared_settings,
+                    tried_runs)
 
 # The metrics a task's table shows first; other tasks show what looks like a metric.
 HEADLINE = {
@@ -101,9 +103,37 @@ def mad_section(ok: pd.DataFrame) -> str:
             for label, row in table.iterrows()]
     return ("## mad\n\nPer setting the test accuracy MAD reports (its macro accuracy at the evaluation of "
             "lowest test perplexity), best over the learning-rate x weight-decay sweep (mean over seeds); "
-            "per task, the mean over that task's settings run; MAD score: the mean of the task columns "
-            "(the published tables' Average).\n\n"
-            + markdown_table(["label", "MAD score", *tasks, "settings"], body))
+            "per task, the mean over the task's settings that every model which ran it has run; MAD score: "
+            "the mean of the task columns (the published tables' Average).\n\n"
+            + markdown_table(["label", "MAD score", *tasks, "settings"], body)
+            + "\n\nThe settings only some models ran, each model's baseline → the change:\n\n" + mad_changes(ok))
+
+
+def mad_changes(frame: pd.DataFrame) -> str:
+    """The MAD settings outside the scored ones (``stats.shared_settings``: those only some
+    mixers ran), a row per task and change to its MAD baseline, a column per mixer that ran
+    one: its best accuracy at the baseline → at the change ("–" where it has not run one)."""
+    from tasks.mad_data import mad_settings
+
+    ok = frame[(frame["task"] == "mad") & (frame["run_status"] == "ok")]
+    if ok.empty:
+        return "No MAD run has finished yet."
+    best = best_over_lr(ok, ["label", "mad_task", "setting"])
+    acc = best.groupby(["label", "mad_task", "setting"])["accuracy"].mean()  # mean over seeds
+    shared = set(zip(shared_settings(ok)["mad_task"], shared_settings(ok)["setting"]))
+    changed = sorted({key for key in zip(ok["mad_task"], ok["setting"]) if key not in shared})
+    if not changed:
+        return "Every mixer has run the same settings: no change to read apart."
+    labels = sorted({label for label, task, setting in acc.index if (task, setting) in changed})
+    cell = (lambda label, task, setting: f"{acc[label, task, setting]:.3f}"
+            if (label, task, setting) in acc.index else "–")
+    lines = []
+    for task, setting in changed:
+        base = mad_settings(task)[0]
+        change = ", ".join(f"{k} {v}" for k, v in json.loads(setting).items() if base.get(k) != v) or "none"
+        base_key = json.dumps(base, sort_keys=True)
+        lines.append([task, change, *(f"{cell(m, task, base_key)} → {cell(m, task, setting)}" for m in labels)])
+    return markdown_table(["task", "change to the baseline", *labels], lines, ["---", "---"] + ["---:"] * len(labels))
 
 
 def mad_published_section(published: pd.DataFrame) -> str:

@@ -88,13 +88,28 @@ def t_quantile(p: float, df: float) -> float:
     return math.sqrt(df) * math.tan((lo + hi) / 2)
 
 
+def shared_settings(rows: pd.DataFrame) -> pd.DataFrame:
+    """The MAD rows at the (task, setting)s that every label which ran the task has run.
+    A sweep that gives some mixers harder settings as well (mad_cpu: four of them) would
+    otherwise average those into their scores alone and rank unlike with unlike; scored on
+    the shared settings (there, the baselines) they compare, and the rest is read apart
+    (``report.mad_changes``). In MAD's full protocol every mixer runs every setting."""
+    if rows.empty:
+        return rows
+    ran = rows.groupby(["mad_task", "setting"])["label"].nunique()
+    per_task = rows.groupby("mad_task")["label"].nunique()
+    shared = {key for key, n in ran.items() if n == per_task[key[0]]}
+    return rows[[key in shared for key in zip(rows["mad_task"], rows["setting"])]]
+
+
 def mad_scores(rows: pd.DataFrame) -> pd.DataFrame:
     """MAD's score (Poli et al. 2024; mad-lab's ``benchmark.py``): per model and setting, the
     best test accuracy over the learning-rate x weight-decay sweep (mean over seeds); per
     task, the mean of those over the task's settings (a column per task); the MAD score, the
     mean over the tasks run (each task weighs the same, however many settings it has: the
-    published tables' "Average"). Best score first; "settings" counts the settings run."""
-    best = best_over_lr(rows, ["label", "mad_task", "setting"])
+    published tables' "Average"). Only the settings every model that ran the task has run
+    count (``shared_settings``). Best score first; "settings" counts the settings scored."""
+    best = best_over_lr(shared_settings(rows), ["label", "mad_task", "setting"])
     per_setting = best.groupby(["label", "mad_task", "setting"])["accuracy"].mean().reset_index()
     table = per_setting.pivot_table(index="label", columns="mad_task", values="accuracy", aggfunc="mean")
     table["MAD score"] = table.mean(axis=1)

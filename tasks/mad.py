@@ -17,7 +17,15 @@ accuracy reaches ``train.target`` where one is set (MAD: at 0.999); a run that d
 recorded so and not scored (MAD would score its checkpoint from before); and it trains with this
 harness's recipe for every task: AdamW betas (0.9, 0.95), gradients clipped at 1, no decay of
 norms, biases and what mixers mark (MAD: torch's betas (0.9, 0.999), no clipping, every
-parameter decayed), the same for every mixer.
+parameter decayed), the same for every mixer. The block around the mixer is the zoo's, as
+in every task here, not MAD's (mad-lab's ``language_model.py`` and ``benchmark.py``): LayerNorm
+(MAD: RMSNorm); a GELU MLP of 4 x d_model with biases (MAD's default channel mixer: SwiGLU
+with no biases, 352 wide); the LM head tied to the embeddings (MAD: its own norm and a biased
+Linear); torch's default initialisation (MAD: N(0, 0.02), zero biases); compression's code
+vector read after the final norm (MAD: the last residual). Attention is mad-lab's
+``attention.yml`` (one head, rotary over all 128 channels); its benchmark's default is
+``mh-attention.yml`` (16 heads, rotary over 8), and which the published Transformer used is not
+stated.
 
     python -m tasks mad --set task=selective-copying --set train.steps=500
 """

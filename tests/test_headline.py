@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 
 from results.findings import gap_placement, mad_agreement, mad_reach, reach_shares, zoology_findings
-from results.headline import lm_table, mad_table, mqar_table, published_gaps
+from results.headline import lm_table, mad_changes, mad_table, mqar_table, published_gaps
 from results.stats import gap_interval
 from tasks.mqar_data import key_distances, mqar_examples
 
@@ -184,6 +184,24 @@ def test_mad_agreement_counts_the_pairs_in_mads_order():
     solved.loc[solved["label"] == "gla", "accuracy"] = 1.0
     solved.loc[solved["label"] == "attention", "accuracy"] = 0.5  # attention last: against MAD twice
     assert mad_agreement(solved, pub).splitlines()[2].endswith("| 0 of 2 (1 tied) |")
+
+
+def test_mad_changes_reads_the_settings_only_some_mixers_ran_beside_their_baseline():
+    from tasks.mad_data import mad_settings
+
+    base, longer = mad_settings("in-context-recall")[0], {**mad_settings("in-context-recall")[0], "seq_len": 256}
+
+    def run(label, setting, acc, lr=1e-3):
+        return {"task": "mad", "run_status": "ok", "label": label, "mad_task": "in-context-recall",
+                "setting": json.dumps(setting, sort_keys=True), "lr": lr, "weight_decay": 0.0, "accuracy": acc,
+                "seed": 0}
+    frame = pd.DataFrame([run("att", base, 1.0), run("att", longer, 0.6), run("att", longer, 0.7, lr=1e-2),
+                          run("gm", base, 0.4), run("gm", longer, 0.1), run("rwkv", base, 0.8)])
+    lines = mad_changes(frame).splitlines()
+    assert lines[0] == "| task | change to the baseline | att | gm |"  # rwkv ran no change: no column
+    assert lines[2:] == ["| in-context-recall | seq_len 256 | 1.000 → 0.700 | 0.400 → 0.100 |"]
+    assert mad_changes(frame[frame["setting"] == json.dumps(base, sort_keys=True)]).startswith("Every mixer")
+    assert mad_changes(frame.iloc[:0]).startswith("No MAD run")
 
 
 def test_mad_reach_sets_each_local_mixers_scores_beside_its_ceilings():

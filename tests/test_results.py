@@ -338,22 +338,34 @@ def test_mad_score_is_the_mean_of_best_of_sweep_accuracies():
                 "lr": lr, "weight_decay": wd, "accuracy": acc, "seed": 0}
     rows = pd.DataFrame([run("a", "copy", "s1", 1e-3, 0.0, 0.2), run("a", "copy", "s1", 1e-3, 0.1, 0.8),
                          run("a", "copy", "s2", 1e-3, 0.0, 0.4), run("a", "recall", "s3", 1e-3, 0.0, 0.9),
-                         run("b", "copy", "s1", 1e-3, 0.0, 0.1)])
+                         run("b", "copy", "s1", 1e-3, 0.0, 0.1), run("b", "copy", "s2", 1e-3, 0.0, 0.3)])
     table = mad_scores(rows)
     # best of the sweep per setting (s1: 0.8), a task's settings averaged (copy: 0.6), then
     # each task weighs the same (not the three settings': 0.7), as mad-lab's benchmark.py
     assert table.loc["a", "copy"] == pytest.approx(0.6) and table.loc["a", "settings"] == 3
     assert table.loc["a", "MAD score"] == pytest.approx((0.6 + 0.9) / 2)
-    assert table.loc["b", "MAD score"] == pytest.approx(0.1)  # the mean over the tasks it ran
+    assert table.loc["b", "MAD score"] == pytest.approx(0.2)  # the mean over the tasks it ran
     assert list(table.index) == ["a", "b"]
-    assert "| a | 0.75 | 0.6 | 0.9 | 3 |" in report_markdown(rows.assign(run_id=range(5)))
+    assert "| a | 0.75 | 0.6 | 0.9 | 3 |" in report_markdown(rows.assign(run_id=range(6)))
     # MAD's published scores get their own table; no "no published row matches" below it
     pub = pd.DataFrame([{"task": "mad", "source": "MAD", "setting": t, "model": "Transformer", "mixer": "attention",
                          "metric": "accuracy", "split": "test", "value": v}
                         for t, v in (("copy", 0.5), ("recall", 0.7), ("average", 0.6))])
-    text = report_markdown(rows.assign(run_id=range(5)), pub)
+    text = report_markdown(rows.assign(run_id=range(6)), pub)
     assert "## mad: the published scores" in text and "| Transformer | 0.6 | 0.5 | 0.7 |" in text
     assert "Beside the published numbers" not in text
+
+
+def test_mad_scores_rank_only_on_the_settings_every_mixer_of_a_task_ran():
+    def run(label, task, setting, acc):
+        return {"task": "mad", "run_status": "ok", "label": label, "mad_task": task, "setting": setting,
+                "lr": 1e-3, "weight_decay": 0.0, "accuracy": acc, "seed": 0}
+    rows = pd.DataFrame([run("a", "copy", "base", 0.9), run("a", "copy", "hard", 0.1), run("b", "copy", "base", 0.5),
+                         run("a", "recall", "base", 0.7), run("a", "recall", "hard", 0.3)])
+    table = mad_scores(rows)
+    # copy: only a ran "hard", so both are scored on "base"; recall: a alone ran it, all of it counts
+    assert table.loc["a", "copy"] == pytest.approx(0.9) and table.loc["b", "copy"] == pytest.approx(0.5)
+    assert table.loc["a", "recall"] == pytest.approx(0.5) and table.loc["a", "settings"] == 3
 
 
 def test_mad_figure_shows_each_task_and_the_score(tmp_path, monkeypatch):
