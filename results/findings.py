@@ -32,7 +32,7 @@ from tasks.mqar_data import key_distances, mqar_examples
 from zoo.causality import receptive_offsets
 
 from .report import markdown_table
-from .stats import (best_over_lr, gap_interval, mad_scores, published_mad_by_mixer, shared_settings,
+from .stats import (best_over_lr, gap_interval, mad_runs, mad_scores, published_mad_by_mixer, shared_settings,
                     tried_runs)
 
 SOLVED = 0.99  # Zoology's stopping accuracy: a point at or above it is solved
@@ -240,7 +240,7 @@ def mad_agreement(frame: pd.DataFrame, published: pd.DataFrame) -> str:
     all solve a task at our budget say nothing about MAD's order among them. The MAD
     score row counts only the mixers we have run on every task the published score
     averages."""
-    ok = frame[(frame["task"] == "mad") & (frame["run_status"] == "ok")]
+    ok = mad_runs(frame)
     ours = mad_scores(ok)
     theirs = published_mad_by_mixer(published)
     common = [m for m in theirs.index if m in ours.index]
@@ -271,7 +271,7 @@ def mad_reach(frame: pd.DataFrame) -> str:
     test targets with an answer inside the field ("–" for fuzzy recall, which has no
     single answer position). The ceiling is a pooled share and the score MAD's macro
     accuracy, so a model answering exactly what it can reach may sit a little off it."""
-    ok = frame[(frame["task"] == "mad") & (frame["run_status"] == "ok")]
+    ok = mad_runs(frame)
     best = best_over_lr(shared_settings(ok), ["label", "mad_task", "setting"])
     answers = {}  # (task, setting, seed) -> answer offsets of the test split
     lines, tasks = [], sorted(best["mad_task"].unique())

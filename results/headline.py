@@ -13,7 +13,7 @@ import pandas as pd
 
 from .findings import gap_placement, grid_bound, mad_agreement, mad_reach, mqar_best, zoology_findings
 from .report import mad_changes, markdown_table
-from .stats import gap_interval, mad_scores, published_mad_scores, read_published
+from .stats import gap_interval, mad_runs, mad_scores, published_mad_scores, read_published
 
 REFERENCE = Path(__file__).resolve().parent / "reference"
 
@@ -114,7 +114,7 @@ def mad_table(frame: pd.DataFrame, published: pd.DataFrame | None = None) -> str
     averages fewer tasks than the published scores do (a sweep still running)."""
     if published is None:
         published = read_published()
-    ok = frame[(frame["task"] == "mad") & (frame["run_status"] == "ok")]
+    ok = mad_runs(frame)
     ours = mad_scores(ok)
     theirs = published_mad_scores(published).rename(columns={"average": "MAD score"})
     tasks = sorted({*ours.columns, *theirs.columns} - {"MAD score", "settings"})

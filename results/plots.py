@@ -251,7 +251,7 @@ def plot_mad(df: pd.DataFrame, out: Path) -> Path | None:
     """MAD: each model's best-of-sweep accuracy per task (mean over the task's settings)
     beside its MAD score (the mean over the tasks, the published tables' Average), one bar
     per model, best first."""
-    rows = _ok(df, "mad")
+    rows = _ok(df, "mad", tried=True)
     if rows.empty or "accuracy" not in rows:
         return None
     table = mad_scores(rows).drop(columns="settings")
@@ -268,7 +268,7 @@ def plot_mad_published(df: pd.DataFrame, out: Path, published: pd.DataFrame | No
     (and the MAD score, ringed, once we have every task the published score averages), on
     the diagonal where they agree; a ranking that agrees rises left to right within each
     task's marker."""
-    rows = _ok(df, "mad")
+    rows = _ok(df, "mad", tried=True)
     if rows.empty or "accuracy" not in rows or published is None:
         return None
     ours, theirs = mad_scores(rows), published_mad_by_mixer(published)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .stats import (best_over_lr, gap_interval, mad_scores, published_mad_scores, read_published, shared_settings,
-                    tried_runs)
+from .stats import (best_over_lr, gap_interval, mad_runs, mad_scores, published_mad_scores, read_published,
+                    shared_settings, tried_runs)
 
 # The metrics a task's table shows first; other tasks show what looks like a metric.
 HEADLINE = {
@@ -115,7 +115,7 @@ def mad_changes(frame: pd.DataFrame) -> str:
     one: its best accuracy at the baseline → at the change ("–" where it has not run one)."""
     from tasks.mad_data import mad_settings
 
-    ok = frame[(frame["task"] == "mad") & (frame["run_status"] == "ok")]
+    ok = mad_runs(frame)
     if ok.empty:
         return "No MAD run has finished yet."
     best = best_over_lr(ok, ["label", "mad_task", "setting"])
@@ -181,7 +181,7 @@ def task_section(rows: pd.DataFrame, task: str) -> str:
     if task == "mqar" and "accuracy" in ok:
         return mqar_section(tried_runs(rows))
     if task == "mad" and "accuracy" in ok:
-        return mad_section(ok)
+        return mad_section(mad_runs(rows))
     keys = _group_keys(ok)
     counts = [c for c in COUNTS if c in ok]
     gap = _gap_to_attention(ok, metrics[-1]) if task == "wikitext2" else None

@@ -88,6 +88,14 @@ def t_quantile(p: float, df: float) -> float:
     return math.sqrt(df) * math.tan((lo + hi) / 2)
 
 
+def mad_runs(frame: pd.DataFrame) -> pd.DataFrame:
+    """The MAD runs a score counts: the finished ones and the diverged ones, a diverged run
+    at its evaluation of lowest perplexity before it diverged (the checkpoint MAD would
+    score), 0 where none ran (``tried_runs``). Left out, a diverged run at MAD's single
+    learning rate of a sweep would drop its setting from every mixer's score."""
+    return tried_runs(frame[frame["task"] == "mad"]) if "task" in frame else frame.iloc[0:0]
+
+
 def shared_settings(rows: pd.DataFrame) -> pd.DataFrame:
     """The MAD rows at the (task, setting)s that every label which ran the task has run.
     A sweep that gives some mixers harder settings as well (mad_cpu: four of them) would

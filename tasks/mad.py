@@ -14,7 +14,8 @@ mean over the six tasks of each task's mean over its settings (``results.stats.m
 Where the run differs from mad-lab's, on purpose: it evaluates ``train.eval_every`` steps
 apart (MAD: every epoch), so "lowest perplexity" is over those evaluations; it stops once the
 accuracy reaches ``train.target`` where one is set (MAD: at 0.999); a run that diverges is
-recorded so and not scored (MAD would score its checkpoint from before); and it trains with this
+recorded so, and scored as MAD would score it, at its evaluation of lowest perplexity before
+(0 where none ran: ``results.stats.mad_runs``); and it trains with this
 harness's recipe for every task: AdamW betas (0.9, 0.95), gradients clipped at 1, no decay of
 norms, biases and what mixers mark (MAD: torch's betas (0.9, 0.999), no clipping, every
 parameter decayed), the same for every mixer. The block around the mixer is the zoo's, as

@@ -16,7 +16,7 @@ from results import plots
 from results.records import PUBLISHED as PUBLISHED_CSV
 from results.records import load_records, read_record, records_frame, write_record
 from results.report import report_markdown, write_report
-from results.stats import gap_interval, mad_scores, read_published, t_quantile
+from results.stats import gap_interval, mad_runs, mad_scores, read_published, t_quantile
 from sweeps.cli import main as cli
 from test_sweeps import toy_task  # noqa: F401  (autouse: registers the toy task)
 
@@ -366,6 +366,20 @@ def test_mad_scores_rank_only_on_the_settings_every_mixer_of_a_task_ran():
     # copy: only a ran "hard", so both are scored on "base"; recall: a alone ran it, all of it counts
     assert table.loc["a", "copy"] == pytest.approx(0.9) and table.loc["b", "copy"] == pytest.approx(0.5)
     assert table.loc["a", "recall"] == pytest.approx(0.5) and table.loc["a", "settings"] == 3
+
+
+def test_a_diverged_mad_run_counts_at_its_evaluation_before():
+    from results.headline import mad_table
+
+    def run(label, status, acc, task="mad"):
+        return {"task": task, "run_status": status, "label": label, "mad_task": "copy", "setting": "base",
+                "lr": 1e-3, "weight_decay": 0.0, "accuracy": acc, "seed": 0}
+    frame = pd.DataFrame([run("a", "ok", 0.9), run("b", "diverged", 0.4), run("c", "diverged", float("nan")),
+                          run("d", "failed", float("nan")), run("e", "ok", 0.5, task="mqar")])
+    table = mad_scores(mad_runs(frame))
+    # as MAD scores the checkpoint from before; none before: 0. A failed run (a crash) is no result
+    assert table["copy"].to_dict() == {"a": 0.9, "b": 0.4, "c": 0.0}
+    assert "| b (ours) | 1 | 0.400 | 0.400 |" in mad_table(frame, pd.DataFrame(columns=["task", "model", "setting", "value"]))
 
 
 def test_mad_figure_shows_each_task_and_the_score(tmp_path, monkeypatch):
