@@ -95,9 +95,10 @@ def mqar_section(tried: pd.DataFrame) -> str:
             + markdown_table([*header, "seeds"], body))
 
 
-def mad_section(ok: pd.DataFrame) -> str:
-    """MAD's score per model beside its mean per task (``stats.mad_scores``)."""
-    table = mad_scores(ok)
+def mad_section(runs: pd.DataFrame) -> str:
+    """MAD's score per model beside its mean per task (``stats.mad_scores``) of ``runs``
+    (``stats.mad_runs``), and the settings left out of it (``mad_changes``)."""
+    table = mad_scores(runs)
     tasks = [c for c in table.columns if c not in ("MAD score", "settings")]
     body = [[label, _fmt(row["MAD score"]), *(_fmt(row[t]) for t in tasks), int(row["settings"])]
             for label, row in table.iterrows()]
@@ -106,7 +107,7 @@ def mad_section(ok: pd.DataFrame) -> str:
             "per task, the mean over the task's settings that every model which ran it has run; MAD score: "
             "the mean of the task columns (the published tables' Average).\n\n"
             + markdown_table(["label", "MAD score", *tasks, "settings"], body)
-            + "\n\nThe settings only some models ran, each model's baseline → the change:\n\n" + mad_changes(ok))
+            + "\n\nThe settings only some models ran, each model's baseline → the change:\n\n" + mad_changes(runs))
 
 
 def mad_changes(frame: pd.DataFrame) -> str:
@@ -120,7 +121,8 @@ def mad_changes(frame: pd.DataFrame) -> str:
         return "No MAD run has finished yet."
     best = best_over_lr(ok, ["label", "mad_task", "setting"])
     acc = best.groupby(["label", "mad_task", "setting"])["accuracy"].mean()  # mean over seeds
-    shared = set(zip(shared_settings(ok)["mad_task"], shared_settings(ok)["setting"]))
+    scored = shared_settings(ok)
+    shared = set(zip(scored["mad_task"], scored["setting"]))
     changed = sorted({key for key in zip(ok["mad_task"], ok["setting"]) if key not in shared})
     if not changed:
         return "Every mixer has run the same settings: no change to read apart."
