@@ -6,7 +6,8 @@ at every width, fixed-state mixers need more state as L grows, hybrids with atte
 most of the gap) and Based (arXiv 2402.18668: recall is bounded by the state, a sliding
 window's by its window), and for this project's prediction for the Grassmann mixer: the
 claim, the numbers it rests on, and whether it holds ("yes", "no (where)", "so far yes (k of
-n)" while points are missing, "untested" where the grid cannot show it; a place marked †
+n)" while points are missing, "untested" where the grid cannot show it, "yes at" the widths
+where a claim made per width holds when others keep; a place marked †
 rests on a point, unsolved but above the 1/kv floor, whose best learning rate is an end of
 the grid, which may not bracket its best, and whose better value could turn the verdict
 there, "no" or "yes"). Accuracy is read against MQAR's floor: a model that has learnt the
@@ -96,6 +97,22 @@ def _verdict(checks: list[tuple[bool, bool, str, bool]], expected: int) -> str:
         return f"so far yes ({done} of {expected})" if done else "pending"
     doubts = [mark(where, True) for _, _, where, doubt in checks if doubt]
     return "yes" + (f" ({'; '.join(doubts)})" if doubts else "")
+
+
+def _per_width(checks: list[tuple[bool, bool, str, bool]]) -> str:
+    """The fixed-state verdict: the claim is that recall is lost at a width, so a width that
+    keeps it does not refute the claim at another (Zoology: more state, longer reach). "yes"
+    where every tested width loses; "yes at" the losing ones, the others named as kept,
+    where some do; "no" where every width is finished and keeps its recall."""
+    lost = [where + ("†" if doubt else "") for complete, holds, where, doubt in checks if complete and holds]
+    kept = [where + ("†" if doubt else "") for complete, holds, where, doubt in checks if complete and not holds]
+    pending = [where for complete, _, where, _ in checks if not complete]
+    if lost and not kept and not pending:
+        return _verdict(checks, len(checks))
+    if not lost:
+        return f"no ({'; '.join(kept)})" if not pending else "pending" + (f" (kept at {', '.join(kept)})" if kept else "")
+    return (f"yes at {', '.join(lost)}" + (f" (kept at {', '.join(kept)})" if kept else "")
+            + (f"; {', '.join(pending)} pending" if pending else ""))
 
 
 def zoology_findings(frame: pd.DataFrame) -> str:
@@ -188,10 +205,8 @@ def zoology_findings(frame: pd.DataFrame) -> str:
             else:
                 lost = recall(acc(long), kv[last]) < recall(acc(short), kv[first]) - LOST
                 checks.append((True, lost, f"d {d}", (long if lost else short) in edged))
-        if checks:
-            verdict = _verdict(checks, len(checks)) + (f"; untested: {', '.join(untested)}" if untested else "")
-        else:
-            verdict = f"untested: {', '.join(untested)}"
+        verdict = "; ".join(([_per_width(checks)] if checks else []) + ([f"untested: {', '.join(untested)}"]
+                                                                          if untested else []))
         evidence = "; ".join(f"d {d}: " + " → ".join(cell(label, L, d) for L in lengths) for d in widths)
         rows.append([f"{label}, a fixed state, loses recall as L and the pairs grow (recall above the "
                      f"1/kv floor falls by more than {LOST} from L {first} to {last} at a width)",

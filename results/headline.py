@@ -52,10 +52,10 @@ def mqar_table(frame: pd.DataFrame) -> str:
                                     + ("†" if grid_bound(at.at[d, "accuracy"], at.at[d, "lr_edge"], kv[L]) else "")
                                     if d in at.index else "–" for d in widths))
         # a row run only at shorter lengths (a control) gives its state at its longest, named
-        reach = mine["seq_len"].max()
-        state = mine[mine["seq_len"] == reach].set_index("d_model")["state_size"]
+        longest = mine["seq_len"].max()
+        state = mine[mine["seq_len"] == longest].set_index("d_model")["state_size"]
         cells.append(" / ".join(f"{int(state[d]):,}" if d in state else "–" for d in widths)
-                     + ("" if reach == lengths[-1] else f" (L = {int(reach)})"))
+                     + ("" if longest == lengths[-1] else f" (L = {int(longest)})"))
         lines.append([label, *cells])
     header = ["mixer", *(f"L = {int(L)}, {kv[L]} pairs" for L in lengths), f"state floats at L = {lengths[-1]}"]
     return markdown_table(header, lines, ["---"] + ["---:"] * (len(header) - 1))

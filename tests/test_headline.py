@@ -124,6 +124,12 @@ def test_zoology_findings_judge_each_claim_from_the_best_lr():
              {**_mqar("gated_deltanet", 128, 32, 1e-2, float("nan")), "run_status": "diverged"}]
     lines = zoology_findings(pd.DataFrame(rows)).splitlines()
     assert lines[8].startswith("| gated_deltanet") and lines[8].endswith("| yes (d 32†); untested: d 64 recalls nothing at L 64 |")  # †: 0.3 at its smaller lr
+    # a width that keeps its recall does not refute a loss at another: named beside it
+    kept = [{**r, "accuracy": 0.9} if r["label"] == "gated_deltanet" and r["d_model"] == 64 else r for r in rows]
+    lines = zoology_findings(pd.DataFrame(kept)).splitlines()
+    assert lines[8].endswith("| yes at d 32†; d 64 pending |")
+    lines = zoology_findings(pd.DataFrame(kept + [_mqar("gated_deltanet", 128, 64, 1e-2, 0.9)])).splitlines()
+    assert lines[8].endswith("| yes at d 32† (kept at d 64) |")
     # a window above its reach, or a Grassmann row far from the window's, is named; with no †
     # though the window's best is its largest lr: a better window could not turn either
     rows = [{**r, "accuracy": {1e-3: 0.85, 1e-2: 0.9}[r["lr"]]}
