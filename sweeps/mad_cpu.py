@@ -13,9 +13,9 @@ and 1.00 at 3,500; at lr 3e-3 it was still at 0.32 after 3,000. Attention was to
 control that shows a budget suffices (as in mqar_cpu), so the recall tasks got 3,000 steps of
 batch 32 (96,000 examples, 7.5 epochs; MAD: 200 epochs of batch 128). Under this sweep's own
 recipe (cosine decay to the last step) it does not: its 3,000-step baseline run reports 0.445,
-and the same config at 6,000 steps (``configs_for`` with ``STEPS`` doubled and 12 evaluations,
-through ``tasks.mad.run``: 14 min alone on one thread, 2 Dec 2026) climbed without a jump,
-0.31 at 500 steps, 0.42 at 3,000, 0.55 at 4,000, 0.62 at 6,000. Twice the steps close about
+and the same config at 6,000 steps (the last command below, its evaluations in the progress
+log: 14 min alone on one thread, 2 Dec 2026) climbed without a jump, 0.31 at 500 steps, 0.42
+at 3,000, 0.55 at 4,000, 0.62 at 6,000. Twice the steps close about
 a third of the gap to 1, and MAD's budget is some 27x this one, so the
 recall tasks keep 3,000 steps: their columns rank how far each mixer gets toward recall in
 them, attention included, not which mixers can recall (mqar_cpu answers that, with a solved
@@ -40,6 +40,9 @@ MAD's converged numbers.
 
     linbench run mad_cpu --parallel 2 --results-dir results/reference
     linbench plot mad_cpu --results-dir results/reference && linbench report mad_cpu --results-dir results/reference
+    python -m tasks mad --set model.mixer=attention --set 'model.mixer_options={"n_heads": 1, "rotary": 128}' \
+        --set model.positions=none --set train.steps=6000 --set train.batch_size=32 --set train.lr=1e-3 \
+        --set train.min_lr_ratio=1e-3 --set train.warmup_steps=50 --set train.eval_every=500 --set train.target=0.99
 """
 import zoo
 from sweeps import RunConfig
