@@ -17,7 +17,7 @@ receptive field of the model its records describe (``zoo.causality.receptive_off
 on the regenerated test split. ``gap_placement``: where our Grassmann-vs-attention gap, with
 its interval, falls among the published ones. ``mad_agreement``: per MAD task, whether the
 mixers both MAD and we ran come in the same order. ``mad_reach``: a local mixer's MAD
-scores beside the ceilings its receptive field sets (``tasks.mad_sources``).
+scores beside chance and the ceilings its receptive field sets (``tasks.mad_sources``).
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ import pandas as pd
 
 import zoo
 from tasks.mad_data import generate
-from tasks.mad_sources import answer_offsets
+from tasks.mad_sources import answer_offsets, guess_accuracy
 from tasks.mqar_data import key_distances, mqar_examples
 from zoo.causality import receptive_offsets
 
@@ -282,10 +282,11 @@ def mad_agreement(frame: pd.DataFrame, published: pd.DataFrame) -> str:
 def mad_reach(frame: pd.DataFrame) -> str:
     """Per mixer whose receptive field misses part of some setting's sequence (a local
     one), per task: its score (best over the sweep, mean over the task's settings, as
-    ``mad_scores``) and its ceiling: the mean over the same settings of the share of
-    test targets with an answer inside the field ("–" for fuzzy recall, which has no
-    single answer position). The ceiling is a pooled share and the score MAD's macro
-    accuracy, so a model answering exactly what it can reach may sit a little off it."""
+    ``mad_scores``), chance (a uniform guess, ``guess_accuracy``) and its ceiling: the
+    share of test targets with an answer inside the field plus chance's share of the
+    rest, meaned over the same settings ("–" for fuzzy recall, which has no single
+    answer position). The ceiling is a pooled share and the score MAD's macro accuracy,
+    so a model answering exactly what it can reach may sit a little off it."""
     ok = mad_runs(frame)
     best = best_over_lr(shared_settings(ok), ["label", "mad_task", "setting"])
     answers = {}  # (task, setting, seed) -> answer offsets of the test split
@@ -293,7 +294,7 @@ def mad_reach(frame: pd.DataFrame) -> str:
     for label, mine in best.groupby("label"):
         cells, local = {}, False
         for task, grp in mine.groupby("mad_task"):
-            scores, ceilings = [], []
+            scores, guesses, ceilings = [], [], []
             for _, row in grp.iterrows():
                 setting = json.loads(row["setting"])
                 L = setting["seq_len"]
@@ -302,10 +303,15 @@ def mad_reach(frame: pd.DataFrame) -> str:
                 key = (task, row["setting"], int(row["seed"]))
                 if key not in answers:
                     answers[key] = answer_offsets(task, *generate(task, setting, "test", key[2]), setting["vocab_size"])
+                g = guess_accuracy(task, setting)
                 scores.append(row["accuracy"])
-                ceilings.append(None if answers[key] is None else answers[key][:, reach].any(1).mean())
-            ceiling = "–" if None in ceilings else f"{np.mean(ceilings):.3f}"
-            cells[task] = f"{np.mean(scores):.3f} / {ceiling}"
+                guesses.append(g)
+                if answers[key] is not None:
+                    seen = answers[key][:, reach].any(1).mean()
+                    ceilings.append(seen + (1 - seen) * g)
+            chance = "–" if None in guesses else f"{np.mean(guesses):.3f}"
+            ceiling = "–" if len(ceilings) < len(scores) else f"{np.mean(ceilings):.3f}"
+            cells[task] = f"{np.mean(scores):.3f} / {chance} / {ceiling}"
         if local:
             lines.append([label, *(cells.get(t, "–") for t in tasks)])
-    return markdown_table(["mixer (score / ceiling)", *tasks], lines, ["---"] + ["---:"] * len(tasks))
+    return markdown_table(["mixer (score / chance / ceiling)", *tasks], lines, ["---"] + ["---:"] * len(tasks))

@@ -1,8 +1,9 @@
 """Where the answer to each scored MAD target lies, as offsets back from the position
 that must produce it: what a mixer has to see to score at all. A model whose receptive
 field (``zoo.causality.receptive_offsets``) holds none of a target's offsets cannot
-answer it except by guessing, so the share of targets with one inside is a ceiling on
-a local mixer's accuracy (``results.findings.mad_reach``). Layouts: tasks/mad_data.py.
+answer it except by guessing, so the share of targets with one inside, plus a guess's
+share of the rest (``guess_accuracy``), is a ceiling on a local mixer's accuracy
+(``results.findings.mad_reach``). Layouts: tasks/mad_data.py.
 
 ``answer_offsets(task, inputs, targets)`` -> bool (n_scored, L): entry [i, s] is True
 when the token s positions before target i's reader carries its answer. The reader is
@@ -74,3 +75,24 @@ def answer_offsets(task: str, inputs: torch.Tensor, targets: torch.Tensor, vocab
     if task == "fuzzy-in-context-recall":
         return None
     raise ValueError(f"answer_offsets: unknown task {task!r}")
+
+
+def guess_accuracy(task: str, setting: dict) -> float | None:
+    """The accuracy of the best guess at a target whose answer lies outside the receptive
+    field: every answer is drawn uniformly from its alphabet, independently of the tokens a
+    model sees without it (a recall key's value is its own draw; copied, compressed and
+    memorised tokens are independent draws), so no guess beats 1 / alphabet size. None for
+    fuzzy recall (no single answer position, hence no ceiling)."""
+    V, noise = setting["vocab_size"], setting.get("noise_vocab_size", 0)
+    if task in ("in-context-recall", "noisy-in-context-recall"):
+        ns = V - noise - (0 if setting.get("multi_query", True) else 1)  # keys [0, ns // 2), values the rest
+        return 1 / (ns - ns // 2)
+    if task == "selective-copying":
+        return 1 / (V - 2)  # data tokens: all but blank and copy
+    if task == "compression":
+        return 1 / (V - 1 - noise)  # (the last target, the compression token, is always seen)
+    if task == "memorization":
+        return 1 / ((V - 1) // 2)  # the dictionary's values, one per key
+    if task == "fuzzy-in-context-recall":
+        return None
+    raise ValueError(f"guess_accuracy: unknown task {task!r}")

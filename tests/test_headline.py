@@ -227,6 +227,8 @@ def test_mad_reach_sets_each_local_mixers_scores_beside_its_ceilings():
                           run("win", "sliding_window", window, "memorization", 0.9),
                           run("att", "attention", {"n_heads": 1}, "compression", 0.5)])
     lines = mad_reach(frame).splitlines()
-    assert lines[0] == "| mixer (score / ceiling) | compression | memorization |"
-    # two windows of 4 see the last 9 of compression's 32 positions; memorization needs 1 back
-    assert lines[2:] == [f"| win | 0.250 / {9 / 32:.3f} | 0.900 / 1.000 |"]  # attention sees all: no row
+    assert lines[0] == "| mixer (score / chance / ceiling) | compression | memorization |"
+    # two windows of 4 see the last 9 of compression's 32 positions and guess one of 15 tokens
+    # at the rest; memorization needs 1 back and draws its values from 127
+    ceiling = 9 / 32 + 23 / 32 / 15
+    assert lines[2:] == [f"| win | 0.250 / {1 / 15:.3f} / {ceiling:.3f} | 0.900 / {1 / 127:.3f} / 1.000 |"]

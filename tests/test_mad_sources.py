@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from tasks.mad_data import IGNORE, generate, mad_settings
-from tasks.mad_sources import answer_offsets
+from tasks.mad_sources import answer_offsets, guess_accuracy
 
 
 def _data(task, **changes):
@@ -42,3 +42,17 @@ def test_compression_reads_every_position_from_the_last_and_memorization_from_th
     assert out[:, 1].all() and out.sum() == len(out)
     assert answer_offsets("fuzzy-in-context-recall", *generate("fuzzy-in-context-recall", {
         **mad_settings("fuzzy-in-context-recall")[0], "num_test_examples": 4}, "test", 0), 16) is None
+
+
+@pytest.mark.parametrize("task, changes", [("in-context-recall", {}), ("noisy-in-context-recall", {}),
+                                           ("in-context-recall", {"multi_query": False, "vocab_size": 17}),
+                                           ("selective-copying", {}), ("compression", {}),
+                                           ("memorization", {"vocab_size": 32})])
+def test_a_guess_picks_one_of_the_tokens_the_scored_answers_are_drawn_from(task, changes):
+    # 40 test sequences draw every token of these small alphabets; the compression token (the
+    # last target, always within reach) is no guess
+    x, y, _, setting = _data(task, **changes)
+    y = y[:, :-1] if task == "compression" else y
+    drawn = np.unique(y[y != IGNORE])
+    assert len(drawn) == round(1 / guess_accuracy(task, setting))
+    assert guess_accuracy("fuzzy-in-context-recall", mad_settings("fuzzy-in-context-recall")[0]) is None
