@@ -13,7 +13,7 @@ import pandas as pd
 
 from .findings import gap_placement, grid_bound, mad_agreement, mad_reach, mqar_best, zoology_findings
 from .report import mad_changes, markdown_table
-from .stats import gap_interval, mad_runs, mad_scores, published_mad_scores, read_published
+from .stats import gap_interval, mad_params, mad_runs, mad_scores, published_mad_scores, read_published
 
 REFERENCE = Path(__file__).resolve().parent / "reference"
 
@@ -26,6 +26,10 @@ def _millions(column) -> str:
     """A per-model constant in millions; records older than the field give "–"."""
     value = column.iloc[0] if column is not None else None
     return "–" if value is None or pd.isna(value) else f"{value / 1e6:.1f}M"
+
+
+def _thousands(value) -> str:
+    return "–" if pd.isna(value) else f"{value / 1e3:.0f}k"
 
 
 def mqar_table(frame: pd.DataFrame) -> str:
@@ -121,12 +125,13 @@ def mad_table(frame: pd.DataFrame, published: pd.DataFrame | None = None) -> str
     cell = (lambda row, t: f"{row[t]:.3f}" if t in row and pd.notna(row[t]) else "–")
     partial = (lambda row: "*" if any(t not in row or pd.isna(row[t]) for t in theirs.columns if t != "MAD score")
                else "")
-    lines = [[f"{label} (ours)", str(int(row["settings"])), cell(row, "MAD score") + partial(row),
-              *(cell(row, t) for t in tasks)] for label, row in ours.iterrows()]
-    lines += [[f"{model} (MAD)", "all", cell(row, "MAD score"), *(cell(row, t) for t in tasks)]
+    params = mad_params(ok)
+    lines = [[f"{label} (ours)", _thousands(params[label]), str(int(row["settings"])),
+              cell(row, "MAD score") + partial(row), *(cell(row, t) for t in tasks)] for label, row in ours.iterrows()]
+    lines += [[f"{model} (MAD)", "–", "all", cell(row, "MAD score"), *(cell(row, t) for t in tasks)]
               for model, row in theirs.iterrows()]
-    header = ["model", "settings", "MAD score", *tasks]
-    return markdown_table(header, lines, ["---", "---:", "---:"] + ["---:"] * len(tasks))
+    header = ["model", "params w/o embeddings", "settings", "MAD score", *tasks]
+    return markdown_table(header, lines, ["---", "---:", "---:", "---:"] + ["---:"] * len(tasks))
 
 
 # table name: (the reference sweep whose records make it, how)

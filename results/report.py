@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .stats import (best_over_lr, gap_interval, mad_runs, mad_scores, published_mad_scores, read_published,
-                    shared_settings, tried_runs)
+from .stats import (best_over_lr, gap_interval, mad_params, mad_runs, mad_scores, published_mad_scores,
+                    read_published, shared_settings, tried_runs)
 
 # The metrics a task's table shows first; other tasks show what looks like a metric.
 HEADLINE = {
@@ -100,13 +100,16 @@ def mad_section(runs: pd.DataFrame) -> str:
     (``stats.mad_runs``), and the settings left out of it (``mad_changes``)."""
     table = mad_scores(runs)
     tasks = [c for c in table.columns if c not in ("MAD score", "settings")]
-    body = [[label, _fmt(row["MAD score"]), *(_fmt(row[t]) for t in tasks), int(row["settings"])]
+    params = mad_params(runs)
+    body = [[label, _fmt(row["MAD score"]), *(_fmt(row[t]) for t in tasks), int(row["settings"]),
+             "–" if pd.isna(params[label]) else int(params[label])]
             for label, row in table.iterrows()]
     return ("## mad\n\nPer setting the test accuracy MAD reports (its macro accuracy at the evaluation of "
             "lowest test perplexity), best over the learning-rate x weight-decay sweep (mean over seeds); "
             "per task, the mean over the task's settings that every model which ran it has run; MAD score: "
-            "the mean of the task columns (the published tables' Average).\n\n"
-            + markdown_table(["label", "MAD score", *tasks, "settings"], body)
+            "the mean of the task columns (the published tables' Average); params: outside the embedding and "
+            "head (MAD fixes the width, not the size).\n\n"
+            + markdown_table(["label", "MAD score", *tasks, "settings", "params"], body)
             + "\n\nThe settings only some models ran, each model's baseline → the change:\n\n" + mad_changes(runs))
 
 

@@ -125,6 +125,14 @@ def mad_scores(rows: pd.DataFrame) -> pd.DataFrame:
     return table.sort_values("MAD score", ascending=False)
 
 
+def mad_params(rows: pd.DataFrame) -> pd.Series:
+    """Per label, the parameters outside the embedding and head (which grow with a task's
+    vocabulary): MAD fixes the width, not the size, so these differ by mixer; the largest
+    where a label's runs differ, NaN for records without the field."""
+    column = rows["params_no_embeddings"] if "params_no_embeddings" in rows else pd.Series(float("nan"), rows.index)
+    return column.groupby(rows["label"]).max()
+
+
 def read_published(path: str | Path | None = PUBLISHED) -> pd.DataFrame | None:
     """results/published.csv (or ``path``): a row per published number; None where ``path``
     is None or no file (a report or figure then leaves the published numbers out)."""

@@ -1,7 +1,8 @@
 """MAD (Poli et al. 2024) scaled to this project's 2-core CPU: every zoo mixer on each
 task's baseline, and attention, grassmann, mamba2 and gated_deltanet on one of MAD's changes
 per task (``VARIATIONS``), at MAD's model (width 128, two blocks, MAD's layer options).
-``sweeps/mad.py`` is the whole protocol.
+``sweeps/mad.py`` is the whole protocol. As in MAD, the width is fixed and the sizes are not
+matched: the report and the README give each mixer's parameters outside the embedding.
 
 Sized by measurement (one thread, beside two running sweeps; issue 17's notes): a MAD step
 (batch 128) takes 0.26-0.59 s at L 32, 1.2-2.3 s at L 128 and 2.6-7.1 s at L 256 across the

@@ -78,13 +78,14 @@ def test_mad_table_puts_ours_beside_the_published_scores():
     frame = pd.DataFrame([run("a", "compression", "s1", 1e-3, 0.2), run("a", "compression", "s1", 5e-4, 0.4),
                           run("a", "memorization", "s2", 1e-3, 1.0), run("b", "compression", "s1", 1e-3, 0.9),
                           {**run("b", "memorization", "s2", 1e-3, 1.0), "run_status": "failed"}])
+    frame["params_no_embeddings"] = [396800, 396800, 396800, 545792, 545792]
     pub = pd.DataFrame([{"task": "mad", "model": "T", "setting": t, "value": v}
                         for t, v in (("compression", 0.5), ("memorization", 0.8), ("average", 0.65))])
     lines = mad_table(frame, pub).splitlines()
-    assert lines[0] == "| model | settings | MAD score | compression | memorization |"
-    assert lines[2:] == ["| b (ours) | 1 | 0.900* | 0.900 | – |",  # its failed run is not a score: * one task of two
-                         "| a (ours) | 2 | 0.700 | 0.400 | 1.000 |",  # best lr per setting, then the mean
-                         "| T (MAD) | all | 0.650 | 0.500 | 0.800 |"]
+    assert lines[0] == "| model | params w/o embeddings | settings | MAD score | compression | memorization |"
+    assert lines[2:] == ["| b (ours) | 546k | 1 | 0.900* | 0.900 | – |",  # its failed run is no score: * one task of two
+                         "| a (ours) | 397k | 2 | 0.700 | 0.400 | 1.000 |",  # best lr per setting, then the mean
+                         "| T (MAD) | – | all | 0.650 | 0.500 | 0.800 |"]
 
 
 def test_reach_shares_count_the_queries_whose_value_the_model_can_see():

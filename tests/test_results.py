@@ -346,7 +346,10 @@ def test_mad_score_is_the_mean_of_best_of_sweep_accuracies():
     assert table.loc["a", "MAD score"] == pytest.approx((0.6 + 0.9) / 2)
     assert table.loc["b", "MAD score"] == pytest.approx(0.2)  # the mean over the tasks it ran
     assert list(table.index) == ["a", "b"]
-    assert "| a | 0.75 | 0.6 | 0.9 | 3 |" in report_markdown(rows.assign(run_id=range(6)))
+    # params: outside the embedding (MAD fixes the width, so they differ by mixer)
+    sized = rows.assign(run_id=range(6), params_no_embeddings=[1000] * 4 + [2000] * 2)
+    assert "| a | 0.75 | 0.6 | 0.9 | 3 | 1000 |" in report_markdown(sized)
+    assert "| b | 0.2 | 0.2 | – | 2 | – |" in report_markdown(rows.assign(run_id=range(6)))  # older records
     # MAD's published scores get their own table; no "no published row matches" below it
     pub = pd.DataFrame([{"task": "mad", "source": "MAD", "setting": t, "model": "Transformer", "mixer": "attention",
                          "metric": "accuracy", "split": "test", "value": v}
@@ -379,7 +382,7 @@ def test_a_diverged_mad_run_counts_at_its_evaluation_before():
     table = mad_scores(mad_runs(frame))
     # as MAD scores the checkpoint from before; none before: 0. A failed run (a crash) is no result
     assert table["copy"].to_dict() == {"a": 0.9, "b": 0.4, "c": 0.0}
-    assert "| b (ours) | 1 | 0.400 | 0.400 |" in mad_table(frame, pd.DataFrame(columns=["task", "model", "setting", "value"]))
+    assert "| b (ours) | – | 1 | 0.400 | 0.400 |" in mad_table(frame, pd.DataFrame(columns=["task", "model", "setting", "value"]))
 
 
 def test_mad_figure_shows_each_task_and_the_score(tmp_path, monkeypatch):
