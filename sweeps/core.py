@@ -63,8 +63,35 @@ def identity(config: Any) -> Any:
     return config
 
 
+def mixer_revisions(config: Any) -> dict[str, int]:
+    """{mixer: revision} for every zoo mixer the config names (a model's ``mixer``, a
+    hybrid's) whose ``Mixer.revision`` is past 1: what an unchanged config computes
+    changed with it, so it is part of the run's identity."""
+    found = {}
+
+    def walk(obj):
+        if isinstance(obj, dict):
+            name = obj.get("mixer")
+            if isinstance(name, str) and name in zoo.MIXERS and zoo.MIXERS[name].revision > 1:
+                found[name] = zoo.MIXERS[name].revision
+            for value in obj.values():
+                walk(value)
+        elif isinstance(obj, list):
+            for value in obj:
+                walk(value)
+
+    walk(canonical(config))
+    return dict(sorted(found.items()))
+
+
 def make_run_id(task: str, config: Any) -> str:
-    blob = json.dumps({"task": task, "config": identity(canonical(config))}, sort_keys=True, separators=(",", ":"))
+    # Revisions join the hash only when there are any, so the ids of configs whose
+    # mixers never changed stay what they were.
+    key = {"task": task, "config": identity(canonical(config))}
+    revisions = mixer_revisions(config)
+    if revisions:
+        key["revisions"] = revisions
+    blob = json.dumps(key, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 

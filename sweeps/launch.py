@@ -32,7 +32,7 @@ import tasks
 from results.records import STATUSES, now, provenance, read_record, record_path, write_record
 from tasks.progress import read_progress
 
-from .core import RunConfig, Sweep, SweepError
+from .core import RunConfig, Sweep, SweepError, mixer_revisions
 from .ledger import cancel_requested, in_flight, record_submissions
 
 PREEMPT_SIGNAL = "USR1"  # one the training loop checkpoints on (it does not listen to USR2)
@@ -111,7 +111,8 @@ def execute(run: RunConfig, sweep: str, results_dir: str | Path, run_fn=None, ex
             status, error = "failed", f"task returned status {status!r}; expected one of {list(STATUSES)}"
         record = {
             "run_id": run.run_id, "sweep": sweep, "task": run.task, "label": run.label,
-            "config": run.to_dict()["config"], "status": status, "error": error, "metrics": metrics,
+            "config": run.to_dict()["config"], "mixer_revisions": mixer_revisions(run.config),
+            "status": status, "error": error, "metrics": metrics,
             "resumed": metrics.get("resumed_from") is not None, "attempts": attempts,
             "provenance": {**provenance(), "executor": executor, "threads": torch.get_num_threads(),
                            "started": started, "finished": now(),

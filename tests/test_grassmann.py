@@ -11,7 +11,9 @@ from zoo.mixers.grassmann import Grassmann, grassmann_features, plucker, valid_o
 
 def naive_grassmann(m: Grassmann, h: torch.Tensor) -> torch.Tensor:
     """The formula one position and one offset at a time: reduce, pair, wedge,
-    normalise, project, aggregate over the offsets that exist, gate."""
+    normalise, project, aggregate over the offsets that exist, gate. Returns the
+    paper's output h' (the blend a*h + (1-a)*g, or h + a*g), residual included: the
+    mixer returns h' - h."""
     B, L, D = h.shape
     r = m.r
     pairs = [(i, j) for i in range(r) for j in range(i + 1, r)]
@@ -58,8 +60,29 @@ def test_matches_naive_loop(pairing, normalize, aggregate, mixing):
     z = m.w_red(h)
     norms = plucker(z[:, 1:], z[:, :-1]).norm(dim=-1)
     assert (norms < m.eps).any() and (norms > m.eps).any()
-    torch.testing.assert_close(m(h), naive_grassmann(m, h), rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(h + m(h), naive_grassmann(m, h), rtol=1e-10, atol=1e-10)
     assert m.backend == "eager"
+
+
+@pytest.mark.parametrize("mixing", ["blend", "gated_residual"])
+@pytest.mark.parametrize("block", ["postnorm", "prenorm"])
+def test_block_computes_the_papers_layer_at_dropout_0(mixing, block):
+    """In float64 at dropout 0 the zoo's block around the update is the paper's layer
+    around the whole output: post-LN h = LN1(h'(h)); h = LN2(h + FFN(h)) (what revision
+    1 ran), pre-LN x + (h'(u) - u) with u = LN1(x)."""
+    import zoo
+    cfg = zoo.ModelConfig(vocab_size=50, d_model=48, n_layers=1, mixer="grassmann", block=block,
+                          mixer_options=dict(r=8, offsets=(1, 3, 5), mixing=mixing), dropout=0.0)
+    layer = zoo.build_model(cfg, seed=0).double().blocks[0]
+    x = torch.randn(2, 21, 48, dtype=torch.float64)
+    if block == "postnorm":
+        h = layer.norm1(naive_grassmann(layer.mixer, x))
+        expected = layer.norm2(h + layer.mlp(h))
+    else:
+        u = layer.norm1(x)
+        h = x + naive_grassmann(layer.mixer, u) - u
+        expected = h + layer.mlp(layer.norm2(h))
+    torch.testing.assert_close(layer(x), expected, rtol=1e-12, atol=1e-12)
 
 
 def test_plucker_by_hand():
@@ -126,8 +149,8 @@ def test_future_leaks_and_past_does_not():
         changed = (m(h) - m(h2)).abs().amax(-1)[0] > 0  # (L,)
         assert changed[:6].any() == (pairing == "future")
         assert m.causal == (pairing == "past")
-    # at the last position the future pairing has no partner: the output is the blend
-    # of h with g = 0, whatever the other tokens are
+    # at the last position the future pairing has no partner: the output is the update
+    # of the blend with g = 0, whatever the other tokens are
     m = Grassmann(16, r=4, offsets=(1, 2), pairing="future").double()
     h3 = h.clone()
     h3[:, :-1] = torch.randn(11, 16, dtype=torch.float64)
@@ -147,7 +170,7 @@ def test_gradients_finite_with_missing_and_parallel_partners():
 @pytest.mark.parametrize("L", [1, 7, 37])
 def test_shapes_dtypes_and_defaults(L):
     m = Grassmann(64)
-    assert m.w_plu.in_features == 496 and m.includes_residual and m.causal
+    assert m.w_plu.in_features == 496 and m.causal and m.revision == 2
     for dtype in (torch.float32, torch.bfloat16):
         y = m.to(dtype)(torch.randn(2, L, 64, dtype=dtype))
         assert y.shape == (2, L, 64) and y.dtype == dtype and torch.isfinite(y).all()

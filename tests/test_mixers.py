@@ -37,6 +37,30 @@ def test_model_is_causal(name, block):
     zoo.assert_causal(zoo.build_model(small_model(name, block=block), seed=0))
 
 
+def check_identity_path(cfg: zoo.ModelConfig) -> None:
+    """Every block of the model, with each of its dropouts at p = 1 in train mode: the
+    mixer's and the MLP's updates are dropped whole, and what is left is the identity
+    path, x for a pre-LN block and LN2(LN1(x)) for a post-LN one (the block's own norms).
+    A mixer that returns its input inside its output, a dropout on the stream, or a norm
+    in the way fails this."""
+    model = zoo.build_model(cfg, seed=0).train()
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 1.0
+    x = torch.randn(2, 23, cfg.d_model)
+    for i, block in enumerate(model.blocks):
+        assert block.mlp is not None
+        expected = x if cfg.block == "prenorm" else block.norm2(block.norm1(x))
+        torch.testing.assert_close(block(x), expected, rtol=0, atol=0,
+                                   msg=lambda m: f"{cfg.layout} layer {i} ({cfg.block}): {m}")
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("block", ["prenorm", "postnorm"])
+def test_identity_path_is_the_blocks_own(name, block):
+    check_identity_path(small_model(name, block=block, d_ff=48, dropout=0.1))
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_every_parameter_gets_a_gradient(name):
     # A parameter that never receives a gradient is dead weight that still counts
@@ -109,6 +133,12 @@ def test_hybrid_is_causal_and_runs_both_mixers(name, block):
     assert [type(b.mixer).name for b in model.blocks] == [base, other, base, other]
     logits = model(torch.randint(cfg.vocab_size, (2, 37)))
     assert logits.shape == (2, 37, cfg.vocab_size) and torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize("name", sorted(HYBRIDS))
+@pytest.mark.parametrize("block", ["prenorm", "postnorm"])
+def test_hybrid_identity_path_is_the_blocks_own(name, block):
+    check_identity_path(hybrid_model(name, block=block, d_ff=48, dropout=0.1))
 
 
 @pytest.mark.parametrize("name", sorted(HYBRIDS))

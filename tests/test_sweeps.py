@@ -105,6 +105,28 @@ def test_run_id_is_a_stable_hash_of_the_config():
     assert make_run_id("x", {"n": 1}) == "52e153cf111e"
 
 
+def test_a_mixers_revision_is_part_of_the_run_id(monkeypatch):
+    """A revised mixer computes something else for the same config, so its runs get new
+    ids and no record of the earlier revision is taken for them; configs of unrevised
+    mixers keep their ids (records committed before revisions existed)."""
+    from sweeps.core import mixer_revisions
+    from zoo.mixers.grassmann import Grassmann
+
+    reference = Path(__file__).resolve().parent.parent / "results" / "reference"
+    kept = json.loads((reference / "wikitext2_cpu" / "2a292bd5ff58.json").read_text())
+    assert kept["config"]["model"]["mixer"] == "attention" and "hybrid" not in kept["config"]["model"]
+    assert make_run_id("wikitext2", kept["config"]) == "2a292bd5ff58"
+    assert mixer_revisions(kept["config"]) == {}
+    old = json.loads((reference / "superseded" / "wikitext2_6L_cpu" / "1e7a5726f394.json").read_text())
+    assert old["config"]["model"]["mixer"] == "grassmann" and Grassmann.revision == 2
+    assert mixer_revisions(old["config"]) == {"grassmann": 2}
+    assert make_run_id("wikitext2", old["config"]) != "1e7a5726f394"
+    hybrid = {"model": {"mixer": "attention", "hybrid": {"mixer": "grassmann", "every": 2}}}
+    assert mixer_revisions(hybrid) == {"grassmann": 2}
+    monkeypatch.setattr(Grassmann, "revision", 1)
+    assert make_run_id("wikitext2", old["config"]) == "1e7a5726f394"
+
+
 def test_validation_names_every_bad_config_with_its_field_and_choices():
     bad = [toy(seed=0),
            RunConfig("nope", {}),

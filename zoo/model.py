@@ -1,9 +1,10 @@
 """The causal LM backbone every mixer is compared in.
 
-A block is ``x = x + mixer(norm(x)); x = x + mlp(norm(x))`` (pre-LN, the default) or
-the paper's post-LN block ``h = LN(mix(h)); h = LN(h + FFN(h))``. In the post-LN
-block a mixer that carries its own residual (the Grassmann blend ``a*h + (1-a)*g``)
-is not given a second one; other mixers get the usual ``LN(h + mixer(h))``.
+A block is ``x = x + drop(mixer(norm(x))); x = x + mlp(norm(x))`` (pre-LN, the default)
+or the paper's post-LN block ``x = LN(x + drop(mixer(x))); x = LN(x + mlp(x))``, the
+same for every mixer. A mixer and the MLP return their update only, so the identity
+path never passes through dropout, a mixer or a norm other than the block's own
+(tests/test_mixers.py holds every registered mixer to that).
 """
 from __future__ import annotations
 
@@ -164,8 +165,7 @@ class Block(nn.Module):
             if self.mlp is not None:
                 x = x + self.mlp(self.norm2(x))
             return x
-        mixed = self.drop(self.mixer(x))
-        x = self.norm1(mixed if self.mixer.includes_residual else x + mixed)
+        x = self.norm1(x + self.drop(self.mixer(x)))
         if self.mlp is not None:
             x = self.norm2(x + self.mlp(x))
         return x

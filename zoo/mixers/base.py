@@ -1,7 +1,9 @@
 """The mixer contract every member of the zoo follows.
 
 A mixer is an ``nn.Module`` built as ``Mixer(d_model, **options)`` that maps
-``x: (B, L, D) -> (B, L, D)`` causally: output t may depend on inputs 0..t only.
+``x: (B, L, D) -> (B, L, D)`` causally: output t may depend on inputs 0..t only. It
+returns its update only, never its input: the block adds the residual (zoo.model), so
+the identity path is the block's alone and no mixer can drop, rescale or dropout it.
 Options are the keyword arguments of the subclass's ``__init__``; anything else is
 refused with a ValueError that lists the valid names, so a typo in a sweep file
 fails at construction instead of silently running the default.
@@ -63,9 +65,11 @@ class Mixer(nn.Module):
     # Where the fast path comes from, for the README's table and the records.
     fast_path: str = "none (pure PyTorch)"
 
-    # True when the output already contains the input (the Grassmann blend
-    # a*h + (1-a)*g): the post-LN block then adds no second residual.
-    includes_residual: bool = False
+    # Bumped when a change alters what an unchanged config of this mixer computes (the
+    # Grassmann mixer's 2: it returns the update of its blend, no longer the blend). A
+    # run's id carries every revision past 1 (sweeps.core.make_run_id), so a record of
+    # an earlier revision is never taken for this one's.
+    revision: int = 1
 
     # Whether a block of this mixer has an MLP when ModelConfig.d_ff is left unset
     # (Mamba's blocks conventionally have none).

@@ -9,14 +9,21 @@ The formula, for hidden states h_t in R^d and a set of offsets Δ (default 1, 2,
     p̂^Δ_t  = p^Δ_t / max(|p^Δ_t|, eps)                 optional L2 normalisation
     g_t    = mean over the Δ with t-Δ >= 0 of (W_plü p̂^Δ_t + b_plü)   one W_plü for all Δ
     a_t    = sigmoid(W_gate [h_t; g_t] + b_gate)
-    out_t  = a_t * h_t + (1 - a_t) * g_t               the paper's blend
+    h'_t   = a_t * h_t + (1 - a_t) * g_t               the paper's blend
+           = h_t + (1 - a_t) * (g_t - h_t)             what the mixer returns: the update
 
 A position with no partner at any offset (t = 0 always) gets g_t = 0 exactly. Cost
 and state are O(L): the layer sees the last max(Δ) tokens, each through a 2-plane.
 
-The output already contains h (the mixer carries its own residual), hence
-``includes_residual = True``: the paper's post-LN block is h = LN(blend(h));
-h = LN(h + FFN(h)) with no second residual around the mixer.
+Like every mixer, this one returns its update, ``(1 - a) * (g - h)``, and the block adds
+h back: the paper's post-LN block h = LN(blend(h)); h = LN(h + FFN(h)) is then exactly
+the zoo's post-LN block LN(h + mixer(h)), with dropout on the update alone, as every
+public reproduction places it (kanenorman's LN(x + drop(gate * g)), the others'
+h + drop(...)). Before ``revision`` 2 the mixer returned the blend itself and the block
+applied dropout to it, so in training dropout hit the whole residual stream of every
+layer, and the pre-LN block added a second, normalised copy of the stream
+(x + a * LN(x) + ...); records of that form are kept apart in
+results/reference/superseded/.
 
 Readings, each an explicit option:
 * ``pairing``: the paper writes the pair as (z_t, z_{t+Δ}) while calling the model
@@ -26,8 +33,8 @@ Readings, each an explicit option:
   run and what a causal LM needs.
 * ``aggregate``: "mean" over the offsets that exist at t, as the public
   reproductions do; "sum" keeps them unscaled (each valid offset adds b_plü once).
-* ``mixing``: "blend" is the paper's gate; "gated_residual" (h + a*g) keeps the full
-  identity path, the usual way to add a gated branch.
+* ``mixing``: "blend" is the paper's gate (update (1-a)*(g-h)); "gated_residual"
+  (h + a*g, update a*g) adds a gated branch without the gate's (1-a)*h pull toward 0.
 * ``normalize``/``eps``: the reproductions normalise with eps = 1e-8. We default to
   1e-6: it only differs on near-degenerate pairs (|p| < 1e-6, z_t almost parallel to
   its partner) and caps the 1/|p| gradient of the normalisation at 1e6 instead of 1e8.
@@ -40,9 +47,8 @@ never lists the (B, L, |Δ|, 496) Plücker tensor. "auto" times "factored", "com
 and, on CUDA, "fused" on the first input of each shape bucket and runs the fastest (a
 torch.compile that fails here counts as never fastest); ``backend`` says which ran
 ("eager", "factored", "compiled", "triton", "triton_interpret").
-Around the mixer, one public reproduction (alphaXiv/paper-implementations) wraps the
-blend in a pre-LN block with a second residual (h + LN(blend(LN h))); others use the
-paper's post-LN block. That choice lives in the backbone (ModelConfig.block).
+Pre-LN or post-LN is the backbone's choice (ModelConfig.block); the paper's is post-LN.
+In the pre-LN block the mixer reads u = LN(h) and h + (1-a)*(g-u) is added.
 """
 from __future__ import annotations
 
@@ -132,7 +138,7 @@ class Grassmann(Mixer):
     """
 
     name = "grassmann"
-    includes_residual = True  # both mixings return h + (something): no block residual
+    revision = 2  # returns the update of the blend (1: the blend, the residual inside)
     causal = True  # False only for the paper's literal, leaking, pairing="future"
     fast_path = ("impl='fused': Triton fwd+bwd (CUDA); 'compiled'/'factored': factored torch; "
                  "'auto' picks the fastest by measurement; default 'factored'")
@@ -174,8 +180,8 @@ class Grassmann(Mixer):
         g = self._features(z)  # (B, L, D)
         a = torch.sigmoid(self.w_gate(torch.cat([h, g], dim=-1)))  # (B, L, D)
         if self.mixing == "blend":
-            return a * h + (1 - a) * g
-        return h + a * g
+            return (1 - a) * (g - h)  # a*h + (1-a)*g, less the h the block adds back
+        return a * g
 
     # impl="auto": the fastest exact implementation, measured (forward, plus backward
     # when gradients are on) on the first input of each shape bucket in this process:
