@@ -15,12 +15,17 @@ import hashlib
 import json
 import os
 import re
+import shutil
 from collections import Counter
 from pathlib import Path
 
 import torch
 
 from results.records import PUBLISHED
+
+# Trained WordPiece vocabularies the reference runs read, committed (training is not
+# reproducible across processes: ``trained_wordpiece``).
+SHIPPED_VOCAB = Path(__file__).resolve().parent / "vocab"
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # BERT's, in BERT's id order
 WIKITEXT_HUB = "Salesforce/wikitext"
 WIKITEXT_CONFIGS = {"tokens": "wikitext-2-v1", "raw": "wikitext-2-raw-v1"}
@@ -219,11 +224,16 @@ def trained_wordpiece(texts: list[str], vocab_size: int, cache_dir: str | None, 
     not reproducible across processes (huggingface/tokenizers#1794: ``##`` pieces get
     ids in hash-map order, which breaks merge ties), so the name carries the file's
     digest: two records with the same digest used the same vocabulary, and copying the
-    cached file is how another machine gets it."""
+    cached file is how another machine gets it. A vocabulary shipped in tasks/vocab/
+    under the cache entry's name (the one the Wikitext-2 records of results/reference/
+    read) is copied instead of trained, so every machine reads the same ids."""
     tk = need("tokenizers", "training a WordPiece tokenizer")
     path = cache_root(cache_dir) / f"wordpiece-{vocab_size}-{fingerprint(texts)}.json"
 
     def train(tmp: Path) -> None:
+        if (SHIPPED_VOCAB / path.name).is_file():
+            shutil.copyfile(SHIPPED_VOCAB / path.name, tmp)
+            return
         tok = tk.Tokenizer(tk.models.WordPiece(unk_token="[UNK]"))
         tok.normalizer = tk.normalizers.BertNormalizer(lowercase=True)
         tok.pre_tokenizer = tk.pre_tokenizers.BertPreTokenizer()

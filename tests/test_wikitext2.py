@@ -43,6 +43,20 @@ def test_word_level_splits_have_the_official_token_counts(words):
 
 
 @needs_data
+def test_the_shipped_vocabulary_is_read_not_trained(tmp_path):
+    """The 8,192-piece WordPiece the reference records read is committed: a fresh cache
+    copies its bytes (a training anew gives other ids each time), so every machine
+    tokenizes the training split into the same 2,473,110 ids."""
+    import hashlib
+
+    corpus = data.load_wikitext2("tokens", "wordpiece", str(DATA), str(tmp_path), 8192)
+    shipped = data.SHIPPED_VOCAB / "wordpiece-8192-f3da25d1e3eda5d0.json"
+    assert (tmp_path / shipped.name).read_bytes() == shipped.read_bytes()
+    assert corpus["tokenizer"].endswith(f"file sha256 {hashlib.sha256(shipped.read_bytes()).hexdigest()[:12]})")
+    assert len(corpus["train"]) == 2_473_110 and corpus["vocab_size"] == 8192
+
+
+@needs_data
 def test_unigram_perplexity_is_the_add_one_unigram_of_the_train_counts(words):
     train = (DATA / "wikitext-2" / "train.txt").read_text(encoding="utf-8").splitlines()
     valid = (DATA / "wikitext-2" / "valid.txt").read_text(encoding="utf-8").splitlines()[:300]
