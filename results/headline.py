@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from .findings import gap_placement, grid_bound, mad_agreement, mad_reach, mqar_best, zoology_findings
+from .findings import gap_placement, grid_bound, mad_agreement, mad_reach, mqar_best, mqar_reach, zoology_findings
 from .report import mad_changes, markdown_table
-from .stats import gap_interval, mad_params, mad_runs, mad_scores, published_mad_scores, read_published
+from .stats import at_best_lr, gap_interval, mad_params, mad_runs, mad_scores, published_mad_scores, read_published
 
 REFERENCE = Path(__file__).resolve().parent / "reference"
 
@@ -66,10 +66,11 @@ def mqar_table(frame: pd.DataFrame) -> str:
 
 
 def lm_table(frame: pd.DataFrame) -> str:
-    """Per model: size, training FLOPs per token, epochs, perplexities (mean ± sd over
+    """Per model at its best learning rate (``at_best_lr``): size, training FLOPs per
+    token, epochs, the rate (and how many were tried), seeds, perplexities (mean ± sd over
     seeds) and the validation gap to attention with its 95% interval (``gap_interval``)."""
-    ok = frame[(frame["task"] == "wikitext2") & (frame["run_status"] == "ok")]
-    base = ok.loc[ok["mixer"] == "attention", "best_val_ppl"].tolist()
+    ok = at_best_lr(frame[(frame["task"] == "wikitext2") & (frame["run_status"] == "ok")])
+    base = ok.loc[ok["label"] == "attention", "best_val_ppl"].tolist()
     lines = []
     for label, grp in sorted(ok.groupby("label"), key=lambda kv: kv[1]["best_val_ppl"].mean()):
         val, test = grp["best_val_ppl"].tolist(), grp["test_ppl"].tolist()
@@ -79,13 +80,35 @@ def lm_table(frame: pd.DataFrame) -> str:
             point, low, high = gap_interval(val, base)
             gap = _pct(point) + (f" [{_pct(low)}, {_pct(high)}]" if low is not None else "")
         sd = (lambda v: f" ± {statistics.stdev(v):.1f}" if len(v) > 1 else "")
+        tried = int(grp["lrs_tried"].iloc[0])
         lines.append([label, f"{grp['params_no_embeddings'].iloc[0] / 1e6:.2f}M",
                       _millions(grp.get("train_flops_per_token")), f"{grp['epochs_seen'].min():.2f}",
+                      f"{grp['lr'].iloc[0]:g}" + (f" (best of {tried})" if tried > 1 else ""),
                       str(len(grp)), f"{statistics.mean(val):.1f}{sd(val)}", f"{statistics.mean(test):.1f}{sd(test)}",
                       gap])
-    header = ["model", "params w/o embeddings", "training FLOPs / token", "epochs", "seeds",
+    header = ["model", "params w/o embeddings", "training FLOPs / token", "epochs", "lr", "seeds",
               "best val ppl", "test ppl", "val ppl vs attention [95 % CI]"]
     return markdown_table(header, lines, ["---"] + ["---:"] * (len(header) - 1))
+
+
+def lr_bracket(frame: pd.DataFrame) -> str:
+    """Per model tried at more than one learning rate: the best validation perplexity at
+    each rate, on the seeds every rate has run (the bracket's), the best in bold: the
+    rate ``lm_table`` reads the model at."""
+    ok = frame[(frame["task"] == "wikitext2") & (frame["run_status"] == "ok")]
+    ok = ok.assign(lr=ok["config.train.lr"])
+    lrs = sorted(ok["lr"].unique())
+    lines = []
+    for label, grp in ok.groupby("label"):
+        if grp["lr"].nunique() < 2:
+            continue
+        shared = set.intersection(*(set(g["seed"]) for _, g in grp.groupby("lr")))
+        means = grp[grp["seed"].isin(shared)].groupby("lr")["best_val_ppl"].mean()
+        cells = [("–" if lr not in means else f"**{means[lr]:.1f}**" if lr == means.idxmin() else f"{means[lr]:.1f}")
+                 for lr in lrs]
+        lines.append([label, ", ".join(map(str, sorted(shared))), *cells])
+    header = ["model", "seeds", *(f"lr {lr:g}" for lr in lrs)]
+    return markdown_table(header, lines, ["---", "---"] + ["---:"] * len(lrs))
 
 
 def published_gaps(published: pd.DataFrame, settings=("6L/128", "6L/256"), split: str = "validation") -> str:
@@ -135,9 +158,12 @@ def mad_table(frame: pd.DataFrame, published: pd.DataFrame | None = None) -> str
 
 
 # table name: (the reference sweep whose records make it, how)
-TABLES = {"mqar_cpu": ("mqar_cpu", mqar_table),
+TABLES = {"wikitext2_cpu": ("wikitext2_cpu", lm_table),
+          "mqar_cpu": ("mqar_cpu", mqar_table),
           "mqar_cpu_findings": ("mqar_cpu", zoology_findings),
+          "mqar_cpu_reach": ("mqar_cpu", mqar_reach),
           "wikitext2_6L_cpu": ("wikitext2_6L_cpu", lm_table),
+          "wikitext2_6L_cpu_bracket": ("wikitext2_6L_cpu", lr_bracket),
           "wikitext2_6L_cpu_gap": ("wikitext2_6L_cpu", lambda frame: gap_placement(frame, read_published())),
           "mad_cpu": ("mad_cpu", mad_table),
           "mad_cpu_agreement": ("mad_cpu", lambda frame: mad_agreement(frame, read_published())),
@@ -146,8 +172,8 @@ TABLES = {"mqar_cpu": ("mqar_cpu", mqar_table),
 
 
 def tables() -> dict[str, str]:
-    """Every headline table, by name: one per reference sweep that has records, and the
-    published gaps."""
+    """Every headline table, by name, and each reference sweep's status line; a sweep
+    with no finished run yet (one being rerun) says so in place of its tables."""
     from .records import load_records, records_frame
 
     from sweeps.core import load_sweep
@@ -155,9 +181,8 @@ def tables() -> dict[str, str]:
     out = {}
     for name, (sweep, make) in TABLES.items():
         records = load_records(REFERENCE / sweep)
-        if records:
-            out[name] = make(records_frame(records))
-            out[f"{sweep}_status"] = status_line(records, len(load_sweep(sweep).runs))
+        out[name] = make(records_frame(records)) if records else "*No finished run yet.*"
+        out[f"{sweep}_status"] = status_line(records, len(load_sweep(sweep).runs))
     out["published_gaps"] = published_gaps(read_published())
     return out
 

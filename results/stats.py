@@ -44,6 +44,23 @@ def best_over_lr(rows: pd.DataFrame, keys) -> pd.DataFrame:
     return rows.loc[rows.groupby(by, dropna=False)["accuracy"].idxmax()]
 
 
+def at_best_lr(rows: pd.DataFrame, keys=("label",), metric: str = "best_val_ppl") -> pd.DataFrame:
+    """Each group's runs at its best learning rate (lowest ``metric``), every seed run
+    there, so a model is read at its own best rate. The rates are compared on the seeds
+    that every rate of the group has run (a bracket at seed 0, then more seeds at its
+    best: the extra seeds do not weigh in the choice). Adds ``lr`` (from the config where
+    the task does not report it) and ``lrs_tried``."""
+    if "lr" not in rows:
+        rows = rows.assign(lr=rows["config.train.lr"])
+    rows = rows[rows[metric].notna()]
+    out = []
+    for _, grp in rows.groupby(list(keys), dropna=False):
+        shared = set.intersection(*(set(g["seed"]) for _, g in grp.groupby("lr")))
+        means = grp[grp["seed"].isin(shared)].groupby("lr")[metric].mean()
+        out.append(grp[grp["lr"] == means.idxmin()].assign(lrs_tried=len(means)))
+    return pd.concat(out) if out else rows.assign(lrs_tried=0)
+
+
 def gap_interval(ours, attention, level: float = 0.95) -> tuple[float, float | None, float | None]:
     """How much higher ``ours``' perplexities are than ``attention``'s, as fractions
     (gap, low, high). The gap is the ratio of geometric means minus 1: perplexity is the

@@ -16,6 +16,15 @@ the paper's LM adds learned ones, and its mixer's shared projection of the mean 
 offsets cannot tell which offset a partner came from. So a control, at L 64 only (where the
 window recalls and the Grassmann mixer does not): the Grassmann mixer with learned positions.
 
+Controls for the local mixers, at L 64 and 128: the protocol, not the mixer, could explain
+their rows. In MQAR a query's value always lies an odd number of tokens back (keys on even
+slots, values on odd), and of the offsets 1, 2, 4, 8, 12, 16 only 1 is odd, so two layers
+can bind a key to its value and bring the pair to the query only for the nearest queries
+(``zoo.causality.bound_pair_reach``). So: Zoology's own layer rule for local mixers (4
+layers for the Grassmann mixer and the window, its figure-2 file), the Grassmann mixer with
+odd offsets (1, 3, 5, 9, 13, 17: the same count, reach and state), and the Grassmann mixer
+with an MLP (4 x d_model), whose nonlinearity can bind what its offsets only sum.
+
     linbench run mqar_cpu --parallel 2 --results-dir results/reference
     linbench plot mqar_cpu --results-dir results/reference && linbench report mqar_cpu --results-dir results/reference
 """
@@ -32,8 +41,14 @@ MIXERS = {  # label: (mixer, options, model overrides)
     "gated_deltanet": ("gated_deltanet", {}, None),
     "grassmann+attention": ("grassmann", {"impl": "factored"}, ATTENTION_LAYER),
     "grassmann+positions": ("grassmann", {"impl": "factored"}, {"positions": "learned"}),
+    "grassmann 4L": ("grassmann", {"impl": "factored"}, {"n_layers": 4}),
+    "sliding_window 4L": ("sliding_window", {"window": 16}, {"n_layers": 4}),
+    "grassmann odd offsets": ("grassmann", {"impl": "factored", "offsets": (1, 3, 5, 9, 13, 17)}, None),
+    "grassmann+mlp": ("grassmann", {"impl": "factored"}, {"d_ff": None}),  # None: 4 x d_model
 }
-LENGTHS = {"grassmann+positions": (64,)}  # a control, not a row of the figure
+# Controls, not rows of the figure
+LENGTHS = {"grassmann+positions": (64,), "grassmann 4L": (64, 128), "sliding_window 4L": (64, 128),
+           "grassmann odd offsets": (64, 128), "grassmann+mlp": (64, 128)}
 
 configs = [RunConfig("mqar", cfg, label=label)
            for label, (mixer, options, model) in MIXERS.items()

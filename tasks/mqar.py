@@ -195,7 +195,7 @@ def grid_configs(grid: dict, mixer: str, mixer_options: dict | None = None, seed
                  model_overrides: dict | None = None, **overrides) -> list[MQARConfig]:
     """One MQARConfig per (point, d_model, lr) of ``grid`` for ``mixer``. A point's own
     ``train`` entries (e.g. its step budget) override the grid's; ``model_overrides``
-    are ModelConfig fields (e.g. ``hybrid``); ``overrides`` replace top-level
+    replace ModelConfig fields (e.g. ``hybrid``, ``n_layers``); ``overrides`` replace top-level
     MQARConfig fields (e.g. ``cache_dir``)."""
     options = {**grid["mixer_options"].get(mixer, {}), **(mixer_options or {})}
     positions = zoo_positions(mixer, options)
@@ -211,9 +211,9 @@ def grid_configs(grid: dict, mixer: str, mixer_options: dict | None = None, seed
         train_kw.update(point.get("train", {}))
         for d_model in grid["d_model"]:
             for lr in grid["lr"]:
-                model = ModelConfig(vocab_size=V, d_model=d_model, n_layers=n_layers, max_len=L,
-                                    d_ff=grid["d_ff"], mixer=mixer, mixer_options=options,
-                                    **{"positions": positions, **(model_overrides or {})})
+                model = ModelConfig(**{"vocab_size": V, "d_model": d_model, "n_layers": n_layers, "max_len": L,
+                                       "d_ff": grid["d_ff"], "mixer": mixer, "mixer_options": options,
+                                       "positions": positions, **(model_overrides or {})})
                 out.append(MQARConfig(seed=seed, model=model, train=TrainConfig(**train_kw, lr=lr),
                                       seq_len=L, num_kv_pairs=point["num_kv_pairs"], vocab_size=V,
                                       num_train_examples=n_train,

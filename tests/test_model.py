@@ -125,6 +125,24 @@ def test_receptive_offsets_are_the_sums_of_each_layers_offsets(mixer, options, w
     assert receptive_offsets(model, 40 if mixer == "grassmann" else 20) == want
 
 
+@pytest.mark.parametrize("mixer, options, n_layers, want", [
+    # one layer: only the pair's own product, at the later token (a partner 1 back)
+    ("grassmann", {"r": 4}, 1, {1}),
+    # the paper's offsets, two layers: the pair bound at its second token and carried by
+    # one offset (2 + 1, 4 + 1, ...), or two layer-1 products met at t (t = 2: the first
+    # token 2 back times the second 1 back; t = 4: (4, 0) times (3, 1))
+    ("grassmann", {"r": 4}, 2, {1, 2, 3, 4, 5, 9, 13, 17}),
+    ("grassmann", {"r": 4, "offsets": [1, 3, 5, 9, 13, 17]}, 2, {1, 2, 3, 4, 5, 6, 9, 10, 13, 14, 17, 18}),
+    ("sliding_window", {"window": 16, "n_heads": 1}, 2, set(range(1, 18))),  # bound at 1, carried 16
+    ("attention", {"n_heads": 1}, 2, set(range(1, 40))),
+])
+def test_bound_pair_reach_is_where_a_product_holds_both_tokens(mixer, options, n_layers, want):
+    from zoo.causality import bound_pair_reach
+    model = zoo.build_model(zoo.ModelConfig(vocab_size=20, d_model=8, n_layers=n_layers, max_len=40, d_ff=0,
+                                            mixer=mixer, mixer_options=options))
+    assert bound_pair_reach(model, 40) == want
+
+
 def test_seed_does_not_touch_global_rng():
     torch.manual_seed(1)
     expected = torch.rand(1)

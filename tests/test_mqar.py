@@ -286,7 +286,18 @@ def test_the_cpu_sweep_is_zoologys_grid_scaled_down():
     control = [r.config for r in runs if r.label == "grassmann+positions"]  # L 64 only
     assert {c.seq_len for c in control} == {64} and {c.model.positions for c in control} == {"learned"}
     assert len(control) == per_point and len(CPU_GRID["lr"]) >= 3
-    assert len(runs) - len(control) == per_point * len(CPU_GRID["points"]) * (len(labels) - 1)
+    # the local mixers' controls, at L 64 and 128: Zoology's 4 layers, odd offsets, an MLP
+    local = {"grassmann 4L": 4, "sliding_window 4L": 4, "grassmann odd offsets": 2, "grassmann+mlp": 2}
+    for label, layers in local.items():
+        mine = [r.config for r in runs if r.label == label]
+        assert {c.seq_len for c in mine} == {64, 128} and len(mine) == 2 * per_point, label
+        assert {c.model.n_layers for c in mine} == {layers}, label
+    odd = next(r.config for r in runs if r.label == "grassmann odd offsets").model
+    assert all(o % 2 for o in odd.mixer_options["offsets"]) and len(odd.mixer_options["offsets"]) == 6
+    mlp = next(r.config for r in runs if r.label == "grassmann+mlp").model
+    assert mlp.ffn_width == 4 * mlp.d_model and next(r.config for r in runs if r.label == "grassmann").model.ffn_width == 0
+    rows = [r for r in runs if r.label not in local]
+    assert len(rows) - len(control) == per_point * len(CPU_GRID["points"]) * (len(labels) - len(local) - 1)
     assert len(CPU_GRID["points"]) >= 3 and len(CPU_GRID["d_model"]) >= 2
     for key in ("power_a", "num_train_examples"):  # defaults or Zoology's, never redefined
         assert CPU_GRID.get(key) == ZOOLOGY_FIG2_GRID.get(key), key

@@ -25,8 +25,12 @@ def test_readme_figures_are_committed_reference_results():
         assert path.startswith("results/reference/") and (ROOT / path).is_file(), path
 
 
-def test_every_reference_sweep_has_a_report():
-    assert {p.name for p in REPORTS} >= {"smoke", "wikitext2_cpu", "mqar_cpu", "wikitext2_6L_cpu"}
+def test_every_reference_sweep_with_records_has_a_report():
+    """A sweep folder with records has its report and figures, and a report its records
+    (a sweep being rerun from scratch has neither); superseded records make none."""
+    with_records = {p.parent.name for p in REFERENCE.glob("*/*.json")}
+    assert {p.name for p in REPORTS} == with_records
+    assert with_records >= {"smoke", "mqar_cpu", "mad_cpu"}
 
 
 @pytest.mark.parametrize("folder", REPORTS, ids=lambda p: p.name)
@@ -38,25 +42,6 @@ def test_reference_report_is_regenerated_from_its_records(folder):
     stamp = re.compile(r" Written \d{4}-\d\d-\d\d \d\d:\d\d UTC\.")
     assert stamp.sub("", fresh) == stamp.sub("", (folder / "report.md").read_text())
     assert any((folder / "plots").glob("*.png")), f"{folder} has no figures"
-
-
-def test_readme_headline_table_is_the_wikitext2_cpu_records():
-    """The README's perplexity table, row by row, against the committed records."""
-    import statistics
-
-    runs = {}
-    for rec in load_records(REFERENCE / "wikitext2_cpu"):
-        runs.setdefault(rec["label"], []).append(rec["metrics"]["test_ppl"])
-    base = statistics.mean(runs["attention"])
-    text = (ROOT / "README.md").read_text()
-    table = text.split("| mixer (same block, matched) |")[1].split("\n\n")[0]
-    rows = re.findall(r"^\| ([\w+]+)[^|]* \| ([\d.]+) ± ([\d.]+) \| ([−+]?[\d.]+) %? ?\|", table, re.M)
-    assert sorted(label for label, *_ in rows) == sorted(runs)
-    for label, mean, sd, gap in rows:
-        ppl = runs[label]
-        assert float(mean) == round(statistics.mean(ppl), 1), label
-        assert float(sd) == round(statistics.stdev(ppl), 1), label
-        assert float(gap.replace("−", "-")) == round(100 * (statistics.mean(ppl) / base - 1), 1), label
 
 
 @pytest.mark.parametrize("name", ["trainstep_cpu.csv", "trainstep_cpu_before.csv"])
@@ -76,16 +61,13 @@ def test_readme_training_step_tables_are_the_committed_csvs(name):
 def test_readme_headline_tables_are_their_records():
     """The README's recall, 6-layer and MAD tables, and the published gaps beside them, are
     results.headline's tables of the committed records and published.csv, verbatim (so
-    every number in them comes from a record): rewriting them changes nothing. A sweep
-    with records has its table in the README; a table in the README has its records."""
+    every number in them comes from a record): rewriting them changes nothing. Every
+    table is in the README, a sweep being rerun saying it has no finished run yet."""
     from results import headline
 
     made = headline.tables()
     text = (ROOT / "README.md").read_text()
-    for name in headline.TABLES:
-        marked = f"<!-- headline:{name} -->" in text
-        assert marked == (name in made), f"{name}: {'no records' if marked else 'no README table'}"
-    assert {"published_gaps", "mqar_cpu", "wikitext2_6L_cpu"} <= set(made)
+    assert set(headline.TABLES) | {"published_gaps"} <= set(made)
     for name in made:
         assert f"<!-- headline:{name} -->" in text, name
     assert headline.update(text, made) == text

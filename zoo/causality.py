@@ -93,3 +93,51 @@ def receptive_offsets(model: nn.Module, seq_len: int, seed: int = 0) -> set[int]
     m.forward_embedded(h)[0, -1].sum().backward()
     seen = h.grad[0].abs().amax(-1) > 0  # (L,)
     return {seq_len - 1 - t for t in torch.nonzero(seen).flatten().tolist()}
+
+
+def layer_offsets(model: nn.Module, seq_len: int, seed: int = 0) -> list[set[int]]:
+    """Per block of an LM built by ``zoo.build_model``: the offsets s >= 1 at which its
+    mixer's last output reads an earlier input (nonzero float64 gradient), measured on the
+    mixer alone: a Grassmann layer's offsets, a window's 1..w, every offset for attention
+    and the recurrent mixers."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for block in model.blocks:
+        m = _float64_copy(block.mixer)
+        x = torch.randn(1, seq_len, m.d_model, generator=g, dtype=torch.float64, requires_grad=True)
+        m(x)[0, -1].sum().backward()
+        seen = x.grad[0].abs().amax(-1) > 0  # (L,)
+        out.append({seq_len - 1 - t for t in torch.nonzero(seen).flatten().tolist()} - {0})
+    return out
+
+
+def bound_pair_reach(model: nn.Module, seq_len: int, gap: int = 1, seed: int = 0) -> set[int]:
+    """The distances t - a at which the model's output at t can hold a product of the
+    tokens at a and a + gap together with its own token: where a query at t can read a
+    value bound to its key (MQAR: key at a, value at a + 1).
+
+    The model of a layer (``layer_offsets``): at each position it multiplies its own
+    stream with one partner stream at one of its offsets (the Grassmann wedge, an
+    attention score against a key) and adds the products up; a feature that holds two
+    tokens came from one such product, at some layer, or is carried forward by later ones.
+    What a nonlinearity could make of two products summed at one position (an MLP, the
+    Grassmann gate) is not counted: this is the reach of pairwise binding, beside
+    ``receptive_offsets``, which bounds what a stack reads at all."""
+    L = seq_len
+    has_a = torch.zeros(L, dtype=torch.bool)  # a feature at t holds the token at a = 0
+    has_b = torch.zeros(L, dtype=torch.bool)  # ... the token at a + gap
+    has_ab = torch.zeros(L, dtype=torch.bool)  # ... both, in one product
+    has_a[0], has_b[gap] = True, True
+
+    def back(x: torch.Tensor, s: int) -> torch.Tensor:  # x[t - s] at t, False before 0
+        return torch.cat([torch.zeros(s, dtype=torch.bool), x[:L - s]]) if s < L else torch.zeros(L, dtype=torch.bool)
+
+    for offsets in layer_offsets(model, L, seed):
+        a, b, ab = has_a.clone(), has_b.clone(), has_ab.clone()
+        for s in offsets:
+            pa, pb, pab = back(has_a, s), back(has_b, s), back(has_ab, s)
+            a |= pa
+            b |= pb
+            ab |= pab | (has_a & pb) | (has_b & pa)
+        has_a, has_b, has_ab = a, b, ab
+    return set(torch.nonzero(has_ab).flatten().tolist())
