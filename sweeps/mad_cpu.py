@@ -4,7 +4,7 @@ per task (``VARIATIONS``), at MAD's model (width 128, two blocks, MAD's layer op
 ``sweeps/mad.py`` is the whole protocol. As in MAD, the width is fixed and the sizes are not
 matched: the report and the README give each mixer's parameters outside the embedding.
 
-Sized by measurement (one thread, beside two running sweeps; issue 17's notes): a MAD step
+Sized by measurement (one thread, beside two running sweeps): a MAD step
 (batch 128) takes 0.26-0.59 s at L 32, 1.2-2.3 s at L 128 and 2.6-7.1 s at L 256 across the
 zoo, so MAD's 20,000 steps per run are days per run here. Pilots of one-head rotary
 attention on in-context recall (batch 32; accuracy pooled over the scored positions, as
@@ -29,7 +29,7 @@ cost about 4 core-hours over its 13 runs at L 256).
 One learning rate, the pilot's 1e-3 (MAD's largest), with its 50 warm-up steps, and
 weight decay 0: every further lr or decay would double a budget already of about 21
 core-hours at the step times measured under load (7-11 hours on both cores, past the
-issue's 4: fewer steps would leave the recall tasks at the plateau for attention itself,
+the 4 hours planned: fewer steps would leave the recall tasks at the plateau for attention itself,
 so they would measure nothing), so MAD's best-of-six is a best-of-one here,
 and a mixer whose best lr lies elsewhere is under-rated. A run stops once its test
 accuracy (MAD's, ``tasks.mad.mad_metrics``) reaches 0.99 (evaluated ten times a run), as

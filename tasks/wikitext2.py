@@ -113,7 +113,7 @@ def preset_config(preset: str = "paper-6L", mixer: str = "attention", **fields) 
     """The task config of a preset for ``mixer``; ``fields`` override the rest."""
     p = {**PAPER, **PRESETS[preset]}
     # AdamW at lr 1e-3 (kanenorman/grassmann's default), 500 warm-up steps, cosine decay:
-    # optimiser settings are ours; the paper's are not in the issue.
+    # optimiser settings are ours; the paper does not give its own.
     base = WikiText2Config(preset=preset, seq_len=p["seq_len"], epochs=p["epochs"],
                            model=paper_model_config(mixer, preset),
                            train=TrainConfig(batch_size=p["batch_size"], lr=1e-3, warmup_steps=500))
