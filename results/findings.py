@@ -35,8 +35,8 @@ from tasks.mqar_data import key_distances, mqar_examples
 from zoo.causality import bound_pair_reach, receptive_offsets
 
 from .report import markdown_table
-from .stats import (at_best_lr, best_over_lr, gap_interval, mad_runs, mad_scores, published_mad_by_mixer, shared_settings,
-                    tried_runs)
+from .stats import (at_best_lr, best_over_lr, gap_interval, mad_runs, mad_scores, over_seeds, published_mad_by_mixer,
+                    shared_settings, tried_runs)
 
 SOLVED = 0.99  # Zoology's stopping accuracy: a point at or above it is solved
 # A model that has learnt the format but recalls nothing answers each query with one of the
@@ -49,8 +49,18 @@ FIXED_STATE = ("mamba2", "rwkv6", "gated_deltanet")
 
 
 def mqar_best(frame: pd.DataFrame) -> pd.DataFrame:
-    """The MQAR runs tried (``tried_runs``), best over learning rates per (mixer, L, width)."""
-    return best_over_lr(tried_runs(frame[frame["task"] == "mqar"]), ["label", "seq_len", "d_model"])
+    """The MQAR runs tried (``tried_runs``), best over learning rates per (mixer, L, width)
+    and seed, then the mean over seeds (``over_seeds``: a point's extra seeds run at its
+    best learning rate only)."""
+    keys = ["label", "seq_len", "d_model"]
+    return over_seeds(best_over_lr(tried_runs(frame[frame["task"] == "mqar"]), keys), keys)
+
+
+def point_text(row) -> str:
+    """A point's accuracy: the one run's, or the mean ± sd (seeds) where it has several."""
+    seeds = getattr(row, "seeds", 1)
+    seeds = 1 if pd.isna(seeds) else int(seeds)
+    return f"{row.accuracy:.3f}" + (f" ± {row.accuracy_sd:.3f} ({seeds})" if seeds > 1 else "")
 
 
 def _model(row: pd.Series, **override):
@@ -129,7 +139,7 @@ def zoology_findings(frame: pd.DataFrame) -> str:
     lengths, widths = sorted(best["seq_len"].unique()), sorted(best["d_model"].unique())
     full = best["lrs_tried"].max()
     kv = best.groupby("seq_len")["num_kv_pairs"].first().astype(int).to_dict()
-    at = {(r.label, r.seq_len, r.d_model): (r.accuracy, r.lrs_tried == full) for r in best.itertuples()}
+    at = {(r.label, r.seq_len, r.d_model): (r.accuracy, r.lrs_tried == full, point_text(r)) for r in best.itertuples()}
     edged = {(r.label, r.seq_len, r.d_model) for r in best.itertuples()
              if grid_bound(r.accuracy, r.lr_edge, kv[r.seq_len])}
     wide = widths[-1]
@@ -138,7 +148,7 @@ def zoology_findings(frame: pd.DataFrame) -> str:
         return at[point][0] if point in at else None
 
     def cell(label, L, width):
-        return f"{at[label, L, width][0]:.3f}" if (label, L, width) in at else "–"
+        return at[label, L, width][2] if (label, L, width) in at else "–"
 
     def widths_at(label, L):
         return " / ".join(cell(label, L, d) for d in widths)
@@ -223,7 +233,8 @@ def zoology_findings(frame: pd.DataFrame) -> str:
 
     solves("grassmann+attention", "Zoology (hybrids)", f"one attention layer gives the Grassmann stack recall "
            f"(≥ {SOLVED} at the largest width)")
-    header = ["finding", "source", f"linbench, best over lrs (d {' / '.join(map(str, widths))})", "holds?"]
+    header = ["finding", "source", f"linbench, best over lrs (d {' / '.join(map(str, widths))}; one run a point "
+                                   f"unless mean ± sd (seeds) is given)", "holds?"]
     return markdown_table(header, rows, ["---", "---", "---", "---"])
 
 
@@ -241,13 +252,13 @@ def mqar_reach(frame: pd.DataFrame) -> str:
         shares = reach_shares(best, label)
         if all(read >= 1 for _, read in shares.values()):
             continue
-        mine = best[best["label"] == label].set_index(["seq_len", "d_model"])["accuracy"]
+        mine = best[best["label"] == label].set_index(["seq_len", "d_model"])
         cells = []
         for L in lengths:
             if L not in shares:
                 cells.append("–")
                 continue
-            accs = " / ".join(f"{mine[L, d]:.3f}" if (L, d) in mine.index else "–" for d in widths)
+            accs = " / ".join(point_text(mine.loc[(L, d)]) if (L, d) in mine.index else "–" for d in widths)
             cells.append(f"{accs} ({shares[L][0]:.3f} / {shares[L][1]:.3f})")
         lines.append([label, *cells])
     header = [f"local stack: accuracy d {' / '.join(map(str, widths))} (key-value reach / read reach)",
@@ -307,8 +318,15 @@ def mad_agreement(frame: pd.DataFrame, published: pd.DataFrame) -> str:
         tied = len(gaps) - len(untied)
         said = (f"{kept} of {len(untied)}" if untied else "–") + (f" ({tied} tied)" if tied else "")
         rows.append([task, order(theirs), order(ours), said])
-    header = ["task", "MAD (published)", "linbench (mad_cpu)", "pairs in MAD's order"]
+    header = ["task", "MAD (published)", f"linbench (mad_cpu; {_runs_per_setting(ok)})", "pairs in MAD's order"]
     return markdown_table(header, rows, ["---", "---", "---", "---:"])
+
+
+def _runs_per_setting(rows: pd.DataFrame) -> str:
+    """How many seeds a MAD score rests on, per (mixer, task, setting): a verdict says so."""
+    seeds = rows.groupby(["label", "mad_task", "setting"])["seed"].nunique() if not rows.empty else pd.Series([1])
+    low, high = int(seeds.min()), int(seeds.max())
+    return "one run a setting" if high == 1 else f"{low}–{high} seeds a setting" if low < high else f"{low} seeds a setting"
 
 
 def mad_reach(frame: pd.DataFrame) -> str:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .findings import gap_placement, grid_bound, mad_agreement, mad_reach, mqar_best, mqar_reach, zoology_findings
+from .findings import (gap_placement, grid_bound, mad_agreement, mad_reach, mqar_best, mqar_reach, point_text,
+                       zoology_findings)
 from .report import mad_changes, markdown_table
 from .stats import at_best_lr, gap_interval, mad_params, mad_runs, mad_scores, published_mad_scores, read_published
 
@@ -33,7 +34,8 @@ def _thousands(value) -> str:
 
 
 def mqar_table(frame: pd.DataFrame) -> str:
-    """Best accuracy over learning rates at each (mixer, L, width), one row per mixer
+    """Best accuracy over learning rates at each (mixer, L, width) (mean ± sd (seeds) where
+    the point has more than one: ``findings.point_text``), one row per mixer
     (best first at the longest L), one column per L holding the widths' values (marked *
     while some of the point's learning rates have not finished, † where a point, unsolved
     but above the 1/kv floor (``findings.grid_bound``), has its best at the largest or
@@ -52,7 +54,7 @@ def mqar_table(frame: pd.DataFrame) -> str:
         cells = []
         for L in lengths:
             at = mine[mine["seq_len"] == L].set_index("d_model")
-            cells.append(" / ".join(f"{at.at[d, 'accuracy']:.3f}" + ("*" if at.at[d, "lrs_tried"] < lrs else "")
+            cells.append(" / ".join(point_text(at.loc[d]) + ("*" if at.at[d, "lrs_tried"] < lrs else "")
                                     + ("†" if grid_bound(at.at[d, "accuracy"], at.at[d, "lr_edge"], kv[L]) else "")
                                     if d in at.index else "–" for d in widths))
         # a row run only at shorter lengths (a control) gives its state at its longest, named

@@ -44,6 +44,23 @@ def best_over_lr(rows: pd.DataFrame, keys) -> pd.DataFrame:
     return rows.loc[rows.groupby(by, dropna=False)["accuracy"].idxmax()]
 
 
+def over_seeds(best: pd.DataFrame, keys) -> pd.DataFrame:
+    """One row per point (``keys``) of ``best_over_lr``'s per-seed rows: ``accuracy`` the
+    mean over its seeds, ``accuracy_sd`` their sd (NaN for one), ``seeds`` how many. The
+    other columns (lr, lrs_tried, lr_edge, state_size, ...) are those of the seed that
+    tried the most learning rates: the bracket's, where more seeds ran at its best only."""
+    if best.empty:
+        return best.assign(accuracy_sd=[], seeds=[])
+    keys = [k for k in keys if k in best]
+    order = best.sort_values("lrs_tried", ascending=False, kind="stable") if "lrs_tried" in best else best
+    point = order.groupby(keys, dropna=False)
+    first = point.head(1).set_index(keys)
+    first["accuracy"] = point["accuracy"].mean()
+    first["accuracy_sd"] = point["accuracy"].std()
+    first["seeds"] = point["accuracy"].size()
+    return first.reset_index()
+
+
 def at_best_lr(rows: pd.DataFrame, keys=("label",), metric: str = "best_val_ppl") -> pd.DataFrame:
     """Each group's runs at its best learning rate (lowest ``metric``), every seed run
     there, so a model is read at its own best rate. The rates are compared on the seeds

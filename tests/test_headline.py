@@ -51,6 +51,16 @@ def test_mqar_table_keeps_the_best_lr_and_ranks_by_the_longest_length():
     assert mqar_table(pd.DataFrame(rows)).splitlines()[2:] == ["| b | 0.600† | 1 |", "| a | 0.500† | 1 |"]
 
 
+def test_mqar_points_with_more_seeds_give_mean_and_spread():
+    """Seed 0 brackets the learning rates, two more seeds run at its best: the point is
+    their mean ± sd (3), marked as the bracket's point is; a one-run point gives its value alone."""
+    rows = [_mqar("a", 64, 32, 1e-3, 0.2), _mqar("a", 64, 32, 1e-2, 0.9),
+            {**_mqar("a", 64, 32, 1e-2, 0.8), "seed": 1}, {**_mqar("a", 64, 32, 1e-2, 1.0), "seed": 2},
+            _mqar("b", 64, 32, 1e-3, 0.5), _mqar("b", 64, 32, 1e-2, 0.4)]
+    lines = mqar_table(pd.DataFrame(rows)).splitlines()
+    assert lines[2:] == ["| a | 0.900 ± 0.100 (3)† | 1 |", "| b | 0.500† | 1 |"]
+
+
 def test_lm_table_gives_the_gap_with_its_interval():
     def run(label, mixer, seed, val, lr=1e-3):
         return {"task": "wikitext2", "run_status": "ok", "label": label, "mixer": mixer, "seed": seed,
@@ -206,7 +216,7 @@ def test_mad_agreement_counts_the_pairs_in_mads_order():
                                                    ("GLA", "gla", 0.4, 0.7), ("Hyena", "hyena", 0.1, 0.1))
                         for task, v in (("compression", c), ("memorization", m), ("average", (c + m) / 2))])
     lines = mad_agreement(frame, pub).splitlines()
-    assert lines[0] == "| task | MAD (published) | linbench (mad_cpu) | pairs in MAD's order |"
+    assert lines[0] == "| task | MAD (published) | linbench (mad_cpu; one run a setting) | pairs in MAD's order |"
     assert lines[2] == ("| compression | attention 0.600 > mamba 0.500 > gla 0.400 | "
                         "attention 0.500 > gla 0.400 > mamba 0.300 | 2 of 3 |")  # grassmann and hyena: one side only
     assert lines[3] == "| memorization | attention 0.900 > gla 0.700 | attention 1.000 > gla 0.200 | 1 of 1 |"
@@ -218,6 +228,8 @@ def test_mad_agreement_counts_the_pairs_in_mads_order():
     assert mad_agreement(solved, pub).splitlines()[2].endswith("| – (3 tied) |")
     solved.loc[solved["label"] == "gla", "accuracy"] = 0.5  # gla now below both: MAD's order, twice
     assert mad_agreement(solved, pub).splitlines()[2].endswith("| 2 of 2 (1 tied) |")
+    more = pd.concat([solved, pd.DataFrame([{**run("gla", "memorization", 0.6), "seed": s} for s in (1, 2)])])
+    assert "| linbench (mad_cpu; 1–3 seeds a setting) |" in mad_agreement(more, pub).splitlines()[0]
     solved.loc[solved["label"] == "gla", "accuracy"] = 1.0
     solved.loc[solved["label"] == "attention", "accuracy"] = 0.5  # attention last: against MAD twice
     assert mad_agreement(solved, pub).splitlines()[2].endswith("| 0 of 2 (1 tied) |")
