@@ -51,7 +51,8 @@ class HeadConfig(StrictConfig):
 
 class PluckerMixing(nn.Module):
     """One Grassmann-Plücker layer: window geometry g, the paper's gated blend
-    LN(a*h + (1-a)*g), then LN(h + FFN(h))."""
+    LN(a*h + (1-a)*g), then LN(h + FFN(h)). As in the zoo's block, the blend is written
+    h + (1-a)*(g - h) and dropout takes its update only, never the identity path."""
 
     def __init__(self, cfg: HeadConfig):
         super().__init__()
@@ -102,7 +103,7 @@ class PluckerMixing(nn.Module):
         cover = ((t >= start) & (t < start + c.window)).to(h.dtype)  # (L, W)
         g = torch.einsum("lw,bwd->bld", cover / cover.sum(-1, keepdim=True), gw)  # (B, L, D)
         a = torch.sigmoid(self.gate(torch.cat([h, g], dim=-1)))
-        h = self.norm1(a * h + (1 - a) * self.drop(g))
+        h = self.norm1(h + self.drop((1 - a) * (g - h)))
         return self.norm2(h + self.drop(self.ffn(h)))
 
 

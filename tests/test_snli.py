@@ -106,6 +106,20 @@ def test_plucker_window_features_match_a_loop_reference():
     assert layer(h, mask).shape == h.shape
 
 
+def test_plucker_layer_keeps_the_identity_path_out_of_dropout():
+    """As the zoo's block: with its dropouts at p = 1 in train mode the layer's updates
+    vanish and LN2(LN1(h)) is left (the paper's blend a*h + (1-a)*g, written h + (1-a)*(g - h),
+    equals it at dropout 0)."""
+    cfg = HeadConfig(d_model=16, d_proj=6, n_heads=2, window=4, stride=3, n_layers=1, dropout=0.1)
+    layer = Head(cfg, d_in=16).double().layers[0].train()
+    h = torch.randn(2, 11, 16, dtype=torch.float64)
+    mask = torch.ones(2, 11, dtype=torch.bool)
+    for m in layer.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 1.0
+    torch.testing.assert_close(layer(h, mask), layer.norm2(layer.norm1(h)), rtol=0, atol=0)
+
+
 def tiny_backbone(vocab_size, pad_id):
     transformers = pytest.importorskip("transformers")
     conf = transformers.DistilBertConfig(vocab_size=vocab_size, dim=32, n_layers=1, n_heads=2, hidden_dim=64,
