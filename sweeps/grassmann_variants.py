@@ -5,7 +5,7 @@ perplexity, and so which one can explain why the reproductions disagree.
 Each variant changes exactly one thing of the default GrassmannLM (past pairing, mean
 over offsets, the paper's blend, L2 normalisation with eps 1e-6, post-LN blocks):
 eps 1e-8 (the reproductions'), no normalisation, a sum over offsets, a gated residual
-instead of the blend, and pre-LN blocks with a second residual (alphaXiv's). The
+instead of the blend, and pre-LN blocks (alphaXiv's block order). The
 TransformerLM of the same preset is the reference line. The literal "future" pairing
 is left out: it reads the tokens it must predict, and the task refuses to train it.
 
