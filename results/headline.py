@@ -14,7 +14,7 @@ import pandas as pd
 from .findings import (gap_placement, grid_bound, mad_agreement, mad_reach, mqar_best, mqar_reach, point_text,
                        zoology_findings)
 from .report import mad_changes, markdown_table
-from .stats import at_best_lr, gap_interval, mad_params, mad_runs, mad_scores, published_mad_scores, read_published
+from .stats import at_best_lr, gap_interval, lr_means, mad_params, mad_runs, mad_scores, published_mad_scores, read_published
 
 REFERENCE = Path(__file__).resolve().parent / "reference"
 
@@ -104,11 +104,10 @@ def lr_bracket(frame: pd.DataFrame) -> str:
     for label, grp in ok.groupby("label"):
         if grp["lr"].nunique() < 2:
             continue
-        shared = set.intersection(*(set(g["seed"]) for _, g in grp.groupby("lr")))
-        means = grp[grp["seed"].isin(shared)].groupby("lr")["best_val_ppl"].mean()
+        means, shared = lr_means(grp, "best_val_ppl")
         cells = [("–" if lr not in means else f"**{means[lr]:.1f}**" if lr == means.idxmin() else f"{means[lr]:.1f}")
                  for lr in lrs]
-        lines.append([label, ", ".join(map(str, sorted(shared))), *cells])
+        lines.append([label, ", ".join(map(str, shared)), *cells])
     header = ["model", "seeds", *(f"lr {lr:g}" for lr in lrs)]
     return markdown_table(header, lines, ["---", "---"] + ["---:"] * len(lrs))
 

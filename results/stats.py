@@ -72,10 +72,16 @@ def at_best_lr(rows: pd.DataFrame, keys=("label",), metric: str = "best_val_ppl"
     rows = rows[rows[metric].notna()]
     out = []
     for _, grp in rows.groupby(list(keys), dropna=False):
-        shared = set.intersection(*(set(g["seed"]) for _, g in grp.groupby("lr")))
-        means = grp[grp["seed"].isin(shared)].groupby("lr")[metric].mean()
+        means, _ = lr_means(grp, metric)
         out.append(grp[grp["lr"] == means.idxmin()].assign(lrs_tried=len(means)))
     return pd.concat(out) if out else rows.assign(lrs_tried=0)
+
+
+def lr_means(runs: pd.DataFrame, metric: str) -> tuple[pd.Series, list]:
+    """One model's mean ``metric`` per learning rate (a Series by lr) over the seeds every
+    rate has run, and those seeds: rates compare on the same seeds."""
+    shared = sorted(set.intersection(*(set(g["seed"]) for _, g in runs.groupby("lr"))))
+    return runs[runs["seed"].isin(shared)].groupby("lr")[metric].mean(), shared
 
 
 def gap_interval(ours, attention, level: float = 0.95) -> tuple[float, float | None, float | None]:
