@@ -6,22 +6,24 @@ matched: the report and the README give each mixer's parameters outside the embe
 
 Sized by measurement (one thread, beside two running sweeps): a MAD step
 (batch 128) takes 0.26-0.59 s at L 32, 1.2-2.3 s at L 128 and 2.6-7.1 s at L 256 across the
-zoo, so MAD's 20,000 steps per run are days per run here. Pilots of one-head rotary
-attention on in-context recall (batch 32; accuracy pooled over the scored positions, as
-measured before runs reported MAD's macro accuracy): at lr 1e-3 and 50 warm-up steps it sat at
-0.31-0.33 accuracy through 1,500 steps, then 0.37 at 2,000, 0.44 at 2,500, 0.97 at 3,000
-and 1.00 at 3,500; at lr 3e-3 it was still at 0.32 after 3,000. Attention was to be the
-control that shows a budget suffices (as in mqar_cpu), so the recall tasks got 3,000 steps of
-batch 32 (96,000 examples, 7.5 epochs; MAD: 200 epochs of batch 128). Under this sweep's own
-recipe (cosine decay to the last step) it does not: its 3,000-step baseline run reports 0.445,
-and the same config at 6,000 steps (the last command below, its evaluations in the progress
-log: 14 min alone on one thread, 2 Dec 2026) climbed without a jump, 0.31 at 500 steps, 0.42
-at 3,000, 0.55 at 4,000, 0.62 at 6,000. Twice the steps close about
-a third of the gap to 1, and MAD's budget is some 27x this one, so the
-recall tasks keep 3,000 steps: their columns rank how far each mixer gets toward recall in
-them, attention included, not which mixers can recall (mqar_cpu answers that, with a solved
-control). Selective copying and compression get 1,000 steps, and memorization MAD's own 200
-epochs of its 256 examples (1,600 steps of L 32).
+zoo, so MAD's 20,000 steps per run are days per run here. A pilot on in-context recall
+(batch 32, lr 1e-3, 50 warm-up steps; its command was not written down) sat at 0.31-0.33
+accuracy through 1,500 steps, then read 0.37 at 2,000, 0.44 at 2,500, 0.97 at 3,000 and 1.00
+at 3,500, so the recall tasks got 3,000 steps of batch 32 (96,000 examples, 7.5 epochs;
+MAD: 200 epochs of batch 128). The sweep's own attention (mad-lab's ``attention.yml``: one
+head, rotary over all 128 channels, no learned positions) does not do that: its baseline
+run reads 0.445, and the same config at 6,000 steps climbed without a jump, 0.31 at 500
+steps, 0.42 at 3,000, 0.55 at 4,000, 0.62 at 6,000 (the last command below). What differs
+is the model, not the schedule or the seed (results/reference/mad_cpu/pilots/, with the
+commands): another seed reads 0.425, no decay after warm-up 0.377, mad-lab's 16-head
+``mh-attention.yml`` 0.482, one head with learned positions 0.500, and four heads with
+learned positions, the model ``python -m tasks mad`` built by default when the pilot ran,
+0.759, leaving the plateau from step 900 on. So the pilot most likely trained the zoo's
+default attention, not MAD's, over a cosine longer than 3,000 steps. Until the recall recipe is
+re-sized on that evidence, the recall columns rank how far each mixer gets toward recall
+in 3,000 steps, attention included, not which mixers can recall (mqar_cpu answers that,
+with a solved control). Selective copying and compression get 1,000 steps, and
+memorization MAD's own 200 epochs of its 256 examples (1,600 steps of L 32).
 Selective copying is not converged at 1,000 steps: attention's pilot read 0.42, 0.52, 0.61,
 0.65, 0.69 at steps 200-1,000 (MAD's Transformer: 1.00), so that column ranks how fast
 each mixer learns to copy, not how well it finally does (each further 1,000 steps would
@@ -29,7 +31,7 @@ cost about 4 core-hours over its 13 runs at L 256).
 One learning rate, the pilot's 1e-3 (MAD's largest), with its 50 warm-up steps, and
 weight decay 0: every further lr or decay would double a budget already of about 21
 core-hours at the step times measured under load (7-11 hours on both cores, past the
-the 4 hours planned: fewer steps would leave the recall tasks at the plateau for attention itself,
+4 hours planned: fewer steps would leave the recall tasks at the plateau for attention itself,
 so they would measure nothing), so MAD's best-of-six is a best-of-one here,
 and a mixer whose best lr lies elsewhere is under-rated. A run stops once its test
 accuracy (MAD's, ``tasks.mad.mad_metrics``) reaches 0.99 (evaluated ten times a run), as
