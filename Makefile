@@ -57,10 +57,10 @@ demo: venv
 # On a CUDA machine: every cuda-marked test, each fast path against its torch path in
 # bf16 (FlashAttention's rule) and the GPU benchmark, all under $(OUT)/, in about 8 min.
 # It installs nothing: build the venv first (make venv TORCH="torch==<cuda build>"), or,
-# on a machine without network, run `python -m tasks.gpu_check --out DIR` with a Python
+# on a machine without network, run `python -m tasks.benchmarks.gpu_check --out DIR` with a Python
 # that has torch and the kernels (make gpu-check BIN=/path/to/env/bin).
 gpu-check:
-	$(BIN)/python -m tasks.gpu_check --out "$(OUT)"
+	$(BIN)/python -m tasks.benchmarks.gpu_check --out "$(OUT)"
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

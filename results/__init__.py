@@ -1,2 +1,5 @@
-"""Results: run records, the long-format table, figures and the Markdown report."""
-from .records import STATUSES, load_records, provenance, read_record, record_path, records_frame, write_record
+"""Results: run records and where they live (``records``, ``layout``), the long-format
+table, statistics, figures and the Markdown report; ``paper/`` holds the verdicts on the
+paper's claims drawn from the reference records."""
+from .layout import record_path, workdir_for
+from .records import STATUSES, load_records, read_record, records_frame, write_record

@@ -6,26 +6,13 @@ the same moment each replace only their own file.
 """
 from __future__ import annotations
 
-import datetime
 import json
 import math
 import os
-import platform
-import socket
-import subprocess
-import sys
 import uuid
-from importlib import metadata
 from pathlib import Path
 
 STATUSES = ("ok", "failed", "diverged", "oom", "timeout")
-PACKAGES = ("torch", "numpy", "triton", "mamba-ssm", "causal-conv1d", "flash-attn", "submitit", "linbench")
-REPO = Path(__file__).resolve().parent.parent
-PUBLISHED = REPO / "results" / "published.csv"  # the published numbers reports set ours beside
-
-
-def record_path(results_dir: str | Path, sweep: str, run_id: str) -> Path:
-    return Path(results_dir) / sweep / f"{run_id}.json"
 
 
 def _jsonable(obj):
@@ -77,40 +64,6 @@ def load_records(sweep_dir: str | Path, run_ids=None) -> list[dict]:
         if rec is not None:
             out.append(rec)
     return out
-
-
-def _git(*args) -> str | None:
-    try:
-        out = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
-def provenance() -> dict:
-    """Where and with what a run ran; the task's record adds device, dtype and backends."""
-    versions = {}
-    for name in PACKAGES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    status = _git("status", "--porcelain", "--untracked-files=no")
-    job = os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID")
-    task = os.environ.get("SLURM_ARRAY_TASK_ID")
-    return {
-        "git_commit": _git("rev-parse", "HEAD"),
-        "git_dirty": bool(status) if status is not None else None,
-        "packages": versions,
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "host": socket.gethostname(),
-        "slurm_job_id": f"{job}_{task}" if job and task else job,
-    }
-
-
-def now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 # --- one table ------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """A sweep's Markdown report: what ran, our numbers per task (mean ± sd over seeds),
-and our numbers beside the published ones of ``results/published.csv``.
+and our numbers beside the published ones of ``tasks/published.csv``.
 
 The published table has columns task, source, setting, model, mixer, params, metric,
 split, value (and note). One of our rows matches a published row when task, setting
@@ -117,7 +117,7 @@ def mad_changes(frame: pd.DataFrame) -> str:
     """The MAD settings outside the scored ones (``stats.shared_settings``: those only some
     mixers ran), a row per task and change to its MAD baseline, a column per mixer that ran
     one: its best accuracy at the baseline → at the change ("–" where it has not run one)."""
-    from tasks.mad_data import mad_settings
+    from tasks.mad.data import mad_settings
 
     ok = mad_runs(frame)
     if ok.empty:

@@ -1,4 +1,4 @@
-"""The statistics the reports and the README's tables share: Zoology's and MAD's
+"""The statistics the reports and the headline tables share: Zoology's and MAD's
 best-of-sweep rule, MAD's score, and the gap to attention with its interval."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .records import PUBLISHED
+from tasks.published import PUBLISHED
 
 
 def tried_runs(rows: pd.DataFrame) -> pd.DataFrame:
@@ -174,7 +174,7 @@ def mad_params(rows: pd.DataFrame) -> pd.Series:
 
 
 def read_published(path: str | Path | None = PUBLISHED) -> pd.DataFrame | None:
-    """results/published.csv (or ``path``): a row per published number; None where ``path``
+    """tasks/published.csv (or ``path``): a row per published number; None where ``path``
     is None or no file (a report or figure then leaves the published numbers out)."""
     return pd.read_csv(path, dtype={"setting": str}) if path and Path(path).is_file() else None
 

@@ -1,13 +1,14 @@
 """``linbench``: run a sweep, see where it stands, draw its figures, write its report.
 
     linbench run smoke                                  # local, one run at a time
-    linbench run sweeps/mqar.py --parallel 2
+    linbench run sweeps/shipped/mqar.py --parallel 2
     linbench run wikitext2_paper --executor slurm --partition gpu --gpus 1 --time 240
     linbench status smoke                               # queued / running / partial / ok / failed ..., time left
     linbench logs smoke RUN                             # a run's error and the tail of its log
     linbench cancel smoke                               # stop its jobs; a later `run` resumes them
     linbench plot smoke && linbench report smoke
     linbench export smoke                               # results/smoke/runs.csv: a row per run
+    linbench headline --write docs/results.md           # the reference sweeps' tables, rewritten in place
 """
 from __future__ import annotations
 
@@ -18,13 +19,15 @@ import shutil
 import sys
 from pathlib import Path
 
-from results.records import PUBLISHED, load_records, read_record, record_path
-from tasks.progress import format_line, read_progress
+from results.layout import record_path, workdir_for
+from results.records import load_records, read_record
+from tasks.engine.progress import format_line, read_progress
+from tasks.published import PUBLISHED
 
-from .core import SweepError, load_sweep
-from .launch import FINAL, launch, workdir_for
+from .launch import FINAL, launch
 from .ledger import cancel, in_flight, read_ledger
 from .overview import distinguishing, only, time_left
+from .spec import SweepError, load_sweep
 
 
 
@@ -53,7 +56,7 @@ def parser() -> argparse.ArgumentParser:
 
     def verb(name, help):
         sp = verbs.add_parser(name, help=help)
-        sp.add_argument("sweep", help="a shipped sweep's name (smoke) or a path (sweeps/smoke.py)")
+        sp.add_argument("sweep", help="a shipped sweep's name (smoke) or a path to a sweep file (my_sweep.py)")
         sp.add_argument("--results-dir", default="results", help="records go to RESULTS_DIR/SWEEP/ (default: results)")
         return sp
 
@@ -101,6 +104,9 @@ def parser() -> argparse.ArgumentParser:
     report.add_argument("--published", default=str(PUBLISHED), help="CSV of published numbers")
     export = verb("export", "write the records as one CSV table (a row per run, or per point)")
     export.add_argument("--out", help="file (default RESULTS_DIR/SWEEP/runs.csv)")
+    headline = verbs.add_parser("headline", help="the reference sweeps' tables (results/reference), or rewrite "
+                                "their marked copies in a Markdown file")
+    headline.add_argument("--write", type=Path, help="rewrite the tables marked <!-- headline:NAME --> in this file")
     return p
 
 
@@ -125,7 +131,7 @@ def cmd_run(args, sweep) -> int:
         summary = launch(sweep, args.results_dir, args.executor, args.parallel, opts, wait=args.wait,
                          final=final)
     except KeyboardInterrupt:
-        flying = in_flight(args.results_dir, sweep.name, workdir_for, [r.run_id for r in sweep.runs])
+        flying = in_flight(args.results_dir, sweep.name, [r.run_id for r in sweep.runs])
         print(f"\ninterrupted: {len(flying)} run(s) still queued or running"
               + (f"; stop them with `linbench cancel {sweep.name}`, a later `linbench run` resumes "
                  "them from their checkpoints" if flying else "; a later `linbench run` resumes "
@@ -148,7 +154,7 @@ def cmd_run(args, sweep) -> int:
 def _states(args, sweep) -> dict[str, str]:
     """{run_id: status}: the record's, else queued / running (a job in flight), partial
     (a checkpoint, no job) or not run."""
-    flying = in_flight(args.results_dir, sweep.name, workdir_for, [run.run_id for run in sweep.runs])
+    flying = in_flight(args.results_dir, sweep.name, [run.run_id for run in sweep.runs])
     out = {}
     for run in sweep.runs:
         rec = read_record(record_path(args.results_dir, sweep.name, run.run_id))
@@ -216,7 +222,7 @@ def cmd_logs(args, sweep) -> int:
 
 
 def cmd_cancel(args, sweep) -> int:
-    done = cancel(args.results_dir, sweep.name, workdir_for)
+    done = cancel(args.results_dir, sweep.name)
     print(f"{sweep.name}: {len(done)} job(s) cancelled" if done else f"{sweep.name}: nothing in flight")
     return 0
 
@@ -260,9 +266,23 @@ def cmd_export(args, sweep) -> int:
     return 0
 
 
+def cmd_headline(args) -> int:
+    from results.paper import headline
+    planned = {sweep: len(load_sweep(sweep).runs) for sweep in headline.reference_sweeps()}
+    made = headline.tables(planned)
+    if args.write:
+        args.write.write_text(headline.update(args.write.read_text(), made))
+        print(f"rewrote {', '.join(made)} in {args.write}")
+    else:
+        print("\n\n".join(f"{name}:\n\n{table}" for name, table in made.items()))
+    return 0
+
+
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
+        if args.verb == "headline":
+            return cmd_headline(args)
         sweep = load_sweep(args.sweep)
         verbs = {"run": cmd_run, "status": cmd_status, "logs": cmd_logs, "cancel": cmd_cancel, "export": cmd_export,
                  "plot": cmd_plot, "report": cmd_report}

@@ -24,18 +24,16 @@ import subprocess
 import time
 from pathlib import Path
 
+from results.layout import jobs_dir, workdir_for
+
 LEDGER, CANCEL = "ledger.json", "cancel"
 # squeue states of a job that has not started running the task yet
 PENDING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED",
            "CONFIGURING"}
 
 
-def _jobs_dir(results_dir, sweep: str) -> Path:
-    return Path(results_dir) / sweep / "submitit"  # submitit's folder: job files and logs
-
-
 def ledger_path(results_dir, sweep: str) -> Path:
-    return _jobs_dir(results_dir, sweep) / LEDGER
+    return jobs_dir(results_dir, sweep) / LEDGER
 
 
 def read_ledger(results_dir, sweep: str) -> dict:
@@ -96,7 +94,7 @@ def slurm_states(job_ids) -> dict[str, str] | None:
     return dict(line.split()[:2] for line in out.stdout.splitlines() if len(line.split()) >= 2)
 
 
-def in_flight(results_dir, sweep: str, workdir_for, run_ids=()) -> dict[str, str]:
+def in_flight(results_dir, sweep: str, run_ids=()) -> dict[str, str]:
     """{run_id: "running" | "queued"} for every run of the ledger, or of ``run_ids``,
     that is in flight (a run started by any executor holds its workdir's lock)."""
     ledger = read_ledger(results_dir, sweep)
@@ -115,18 +113,18 @@ def in_flight(results_dir, sweep: str, workdir_for, run_ids=()) -> dict[str, str
 def cancel_requested(results_dir, sweep: str, since: float) -> bool:
     """Whether ``linbench cancel`` was called after ``since`` (a job's submission)."""
     try:
-        return float((_jobs_dir(results_dir, sweep) / CANCEL).read_text()) >= since
+        return float((jobs_dir(results_dir, sweep) / CANCEL).read_text()) >= since
     except (OSError, ValueError):
         return False
 
 
-def cancel(results_dir, sweep: str, workdir_for, log=print) -> dict[str, str]:
+def cancel(results_dir, sweep: str, log=print) -> dict[str, str]:
     """Stop every queued or running run of the sweep; {run_id: what was done}."""
-    mark = _jobs_dir(results_dir, sweep) / CANCEL
+    mark = jobs_dir(results_dir, sweep) / CANCEL
     mark.parent.mkdir(parents=True, exist_ok=True)
     mark.write_text(repr(time.time()))
     ledger, done = read_ledger(results_dir, sweep), {}
-    for rid, state in in_flight(results_dir, sweep, workdir_for).items():
+    for rid, state in in_flight(results_dir, sweep).items():
         entry = ledger[rid]
         if entry.get("executor") == "slurm":
             cmd = ["scancel", entry["job_id"]] if state == "queued" else \

@@ -7,7 +7,7 @@ import dataclasses
 
 import numpy as np
 
-from .core import SweepError, canonical
+from .spec import SweepError, canonical
 from .launch import FINAL
 
 

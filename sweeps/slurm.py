@@ -2,7 +2,7 @@
 
 Preemption and time-outs: Slurm is asked to send USR1 ``signal_lead`` seconds before
 the time limit, and submitit inside the job is told that USR1 is its preemption signal
-(launch.PREEMPT_SIGNAL); the training loop checkpoints on it and submitit requeues the
+(jobs.PREEMPT_SIGNAL); the training loop checkpoints on it and submitit requeues the
 job. After a requeue Slurm holds the job back (its BeginTime) for about two minutes
 before it may start again.
 """
@@ -14,11 +14,13 @@ import time
 
 import submitit
 
-from results.records import read_record, record_path
+from results.layout import record_path
+from results.records import read_record
+from tasks.engine.runs import REPO
 
-from .core import SweepError
-from .launch import PREEMPT_SIGNAL, REPO, RunJob, _entry, _report
+from .jobs import PREEMPT_SIGNAL, RunJob, ledger_entry, log_status
 from .ledger import record_submissions, slurm_states
+from .spec import SweepError
 
 
 def signal_lead(time_min: float) -> int:
@@ -65,7 +67,7 @@ def submit_slurm(todo, sweep, results_dir, folder, opts: dict) -> list:
         for path in sorted(set(folder.rglob("*")) - before, reverse=True):  # files before folders
             path.rmdir() if path.is_dir() else path.unlink(missing_ok=True)
         raise SweepError(f"sbatch refused the submission: {_sbatch_message(err)}") from None
-    record_submissions(results_dir, sweep, {run.run_id: _entry("slurm", job) for run, job in zip(todo, jobs)})
+    record_submissions(results_dir, sweep, {run.run_id: ledger_entry("slurm", job) for run, job in zip(todo, jobs)})
     return jobs
 
 
@@ -95,7 +97,7 @@ def wait_slurm(todo, sweep, results_dir, jobs, since: float, poll_s: float = 2.0
             if fresh or gone:
                 rec = read_record(path) if fresh else None
                 status = rec["status"] if rec else f"no record (job {job.job_id}, log: {job.paths.stdout})"
-                statuses.append(_report(run, status, log))
+                statuses.append(log_status(run, status, log))
                 del waiting[run_id]
         if waiting:
             if timeout_s is not None and time.time() - start > timeout_s:

@@ -2,22 +2,26 @@
 progress) -> dict``, a flat record of metrics and metadata. ``TASKS`` maps a task
 name to ``(ConfigClass, run)``; the sweep launcher only ever goes through it.
 
-Task modules are imported on first use, so ``python -m tasks.mqar`` does not import
-its own module twice and ``import tasks`` stays cheap."""
+Layout: ``engine/`` is what every task shares (the training loop, losses, data cache,
+run fields, CLI plumbing), ``benchmarks/`` the measurements (timing, scaling, trainstep,
+gpu_check), and each task is a module (``wikitext2.py``) or a package with its data
+generator beside it (``mqar/``, ``mad/``, ``snli/``). Task modules are imported on first
+use, so ``python -m tasks.mqar`` does not import its own module twice and ``import
+tasks`` stays cheap."""
 from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
 
-from .train import TrainConfig, TrainResult, train
+from .engine.train import TrainConfig, TrainResult, train
 
 # name -> (module, config class); the module's ``run`` is the task's entry point.
 _REGISTRY = {
-    "mqar": ("mqar", "MQARConfig"),
-    "scaling": ("scaling", "ScalingConfig"),
+    "mqar": ("mqar.task", "MQARConfig"),
+    "scaling": ("benchmarks.scaling", "ScalingConfig"),
     "wikitext2": ("wikitext2", "WikiText2Config"),
-    "snli": ("snli", "SNLIConfig"),
-    "mad": ("mad", "MADConfig"),
+    "snli": ("snli.task", "SNLIConfig"),
+    "mad": ("mad.task", "MADConfig"),
 }
 
 

@@ -10,7 +10,7 @@ import argparse
 import json
 
 from . import TASKS
-from .common import add_run_arguments, run_from_cli
+from .engine.cli import add_run_arguments, run_from_cli
 
 SUMMARY = ("status", "mixer", "accuracy", "best_val_ppl", "test_ppl", "test_accuracy", "steps", "wall_time")
 

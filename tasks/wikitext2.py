@@ -30,15 +30,18 @@ import torch.nn.functional as F
 import zoo
 from zoo.config import StrictConfig, check_bounds, check_choice
 
-from .common import (add_run_arguments, checkpoint_path, epoch_indices, lm_loss, model_metadata, refuse_non_causal,
-                     run_from_cli, run_fields, score_best)
-from .data import load_wikitext2, published_rows, unigram_perplexity
-from .flops import flops
-from .train import TrainConfig, train
+from zoo.flops import flops
+
+from .engine.cli import add_run_arguments, run_from_cli
+from .engine.data import epoch_indices, load_wikitext2, unigram_perplexity
+from .engine.losses import lm_loss
+from .engine.runs import checkpoint_path, model_metadata, refuse_non_causal, run_fields, score_best
+from .engine.train import TrainConfig, train
+from .published import published_rows
 
 # Presets as data. "tiny" and "cpu-2L" are not the paper's: the paper's block at a
 # width a 2-core CPU trains in minutes ("tiny", the smoke run) or in an hour for a
-# seeded comparison of every mixer ("cpu-2L", sweeps/wikitext2_cpu.py).
+# seeded comparison of every mixer ("cpu-2L", sweeps/shipped/wikitext2_cpu.py).
 PRESETS = {
     "paper-6L": dict(n_layers=6, seq_len=128, batch_size=32),
     "paper-12L": dict(n_layers=12, seq_len=256, batch_size=16),
@@ -54,8 +57,8 @@ GRASSMANN_12L_OFFSETS = (1, 1, 2, 2, 4, 4, 8, 8, 12, 12, 16, 16)
 def takes_heads(mixer: str) -> bool:
     """Whether the preset sets ``n_heads`` for ``mixer``: for every mixer that has that
     option (read from its own __init__), so a new mixer needs no entry here."""
-    cls = zoo.MIXERS.get(mixer)  # an unknown name is refused by ModelConfig, with the valid ones
-    return cls is not None and "n_heads" in cls.option_names
+    # an unknown name is refused by ModelConfig, with the valid ones
+    return zoo.mixers.is_mixer(mixer) and "n_heads" in zoo.mixer_class(mixer).option_names
 
 
 def paper_model_config(mixer: str = "attention", preset: str = "paper-6L", vocab_size: int = 30522,

@@ -9,9 +9,9 @@ import pytest
 
 import zoo
 from sweeps import SweepError, load_sweep
-from tasks.mqar import MQARConfig
-from tasks.scaling import ScalingConfig
-from tasks.train import TrainConfig
+from tasks.mqar.task import MQARConfig
+from tasks.benchmarks.scaling import ScalingConfig
+from tasks.engine.train import TrainConfig
 from zoo.config import InvalidConfig, InvalidConfigError, collecting
 
 
@@ -81,8 +81,8 @@ def test_collecting_returns_a_placeholder_and_outside_it_raises():
 
 
 def _write_sweep(path, body: str):
-    path.write_text("from sweeps import RunConfig\nfrom tasks.train import TrainConfig\n"
-                    "from tasks.mqar import MQARConfig\n" + body)
+    path.write_text("from sweeps import RunConfig\nfrom tasks.engine.train import TrainConfig\n"
+                    "from tasks.mqar.task import MQARConfig\n" + body)
     return path
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tasks.train import decays
+from tasks.engine.train import decays
 from zoo.mixers.gated_deltanet import GatedDeltaNet
 from zoo.ops import gated_delta_rule, gated_delta_rule_chunked, gated_delta_rule_ref
 

@@ -1,4 +1,4 @@
-"""tasks.gpu_check, the device script, exercised on CPU: its arguments, the tolerance rule,
+"""tasks.benchmarks.gpu_check, the device script, exercised on CPU: its arguments, the tolerance rule,
 the parity rows (with a toy mixer whose fast path we control), the benchmark plan and
 budget, the CSVs written as points finish, the pytest child, and one end-to-end run."""
 import csv
@@ -10,7 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import zoo
-from tasks import gpu_check as g
+from tasks.benchmarks import gpu_check as g
 from zoo.ops import fastpath
 
 cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU behaviour")

@@ -1,14 +1,14 @@
-"""results.headline: the README's tables, on small synthetic records."""
+"""results.paper.headline: the README's tables, on small synthetic records."""
 import json
 
 import numpy as np
 import pandas as pd
 
-from results.findings import (gap_placement, mad_agreement, mad_reach, mqar_best, mqar_reach, reach_shares,
+from results.paper.findings import (gap_placement, mad_agreement, mad_reach, mqar_best, mqar_reach, reach_shares,
                               zoology_findings)
-from results.headline import lm_table, lr_bracket, mad_changes, mad_table, mqar_table, published_gaps
+from results.paper.headline import lm_table, lr_bracket, mad_changes, mad_table, mqar_table, published_gaps
 from results.stats import gap_interval
-from tasks.mqar_data import key_distances, mqar_examples
+from tasks.mqar.data import key_distances, mqar_examples
 
 
 OPTIONS = {"sliding_window": {"window": 16, "n_heads": 1}, "grassmann": {}, "attention": {"n_heads": 1}}
@@ -236,7 +236,7 @@ def test_mad_agreement_counts_the_pairs_in_mads_order():
 
 
 def test_mad_changes_reads_the_settings_only_some_mixers_ran_beside_their_baseline():
-    from tasks.mad_data import mad_settings
+    from tasks.mad.data import mad_settings
 
     base, longer = mad_settings("in-context-recall")[0], {**mad_settings("in-context-recall")[0], "seq_len": 256}
 
@@ -254,7 +254,7 @@ def test_mad_changes_reads_the_settings_only_some_mixers_ran_beside_their_baseli
 
 
 def test_mad_reach_sets_each_local_mixers_scores_beside_its_ceilings():
-    from tasks.mad_data import mad_settings
+    from tasks.mad.data import mad_settings
 
     def run(label, mixer, options, task, acc, lr=1e-3):
         setting = {**mad_settings(task)[0], "num_test_examples": 20}

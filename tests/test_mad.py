@@ -8,9 +8,9 @@ import torch
 
 import zoo
 from tasks import TASKS
-from tasks.common import labelled_accuracy
-from tasks.mad import Compressor, MADConfig, load_split, mad_metrics, mad_reported, model_config, run
-from tasks.mad_data import IGNORE
+from tasks.engine.losses import labelled_accuracy
+from tasks.mad.task import Compressor, MADConfig, load_split, mad_metrics, mad_reported, model_config, run
+from tasks.mad.data import IGNORE
 
 
 def _tiny(tmp_path, task="in-context-recall", **setting):
@@ -108,7 +108,7 @@ def test_sweep_configs_follow_mads_protocol():
     """MAD's 3 lr x 2 weight decays per setting, 200 epochs of each setting's own data
     (so fewer examples mean fewer steps), a cosine to 1e-6, MAD's layer options, and a
     step cap only where asked."""
-    from tasks.mad import MAD_LRS, MAD_WEIGHT_DECAYS, sweep_configs
+    from tasks.mad.task import MAD_LRS, MAD_WEIGHT_DECAYS, sweep_configs
     settings = [("in-context-recall", {}), ("in-context-recall", {"num_train_examples": 800}),
                 ("memorization", {"vocab_size": 512})]
     cfgs = sweep_configs("attention", settings)

@@ -1,4 +1,4 @@
-"""MAD's six synthetic tasks (tasks/mad_data.py): each generator's invariants (property
+"""MAD's six synthetic tasks (tasks/mad/data.py): each generator's invariants (property
 tests against small reference parsers), seeding, independence from every global RNG,
 the settings checks, and MAD's settings table."""
 import inspect
@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tasks import mad_data as md
+from tasks.mad import data as md
 
 IGN = md.IGNORE
 FAST = settings(max_examples=25, deadline=None)

@@ -1,9 +1,9 @@
-"""tasks.mad_sources: each scored MAD target's answer offsets, checked against the data."""
+"""tasks.mad.sources: each scored MAD target's answer offsets, checked against the data."""
 import numpy as np
 import pytest
 
-from tasks.mad_data import IGNORE, generate, mad_settings
-from tasks.mad_sources import answer_offsets, guess_accuracy
+from tasks.mad.data import IGNORE, generate, mad_settings
+from tasks.mad.sources import answer_offsets, guess_accuracy
 
 
 def _data(task, **changes):

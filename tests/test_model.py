@@ -63,7 +63,8 @@ def test_heads_must_divide_d_model():
 
 
 def test_unknown_mixer_lists_valid_ones():
-    with pytest.raises(ValueError, match="valid mixers"):
+    with pytest.raises(ValueError, match=r"mixer='transformer' is not valid; choose one of \[.*'attention'.*\], "
+                                         r"or an import path"):
         zoo.build_mixer("transformer", 64)
 
 

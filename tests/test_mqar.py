@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 import zoo
 from tasks import TASKS
-from tasks.common import labelled_accuracy
-from tasks.mqar import CPU_GRID, LOCAL_GRID, ZOOLOGY_FIG2_GRID, MQARConfig, grid_configs, load_split, run
-from tasks.mqar_data import key_distances, mqar_examples
+from tasks.engine.losses import labelled_accuracy
+from tasks.mqar.task import CPU_GRID, LOCAL_GRID, ZOOLOGY_FIG2_GRID, MQARConfig, grid_configs, load_split, run
+from tasks.mqar.data import key_distances, mqar_examples
 
 
 @st.composite
@@ -147,7 +147,7 @@ def test_grids_are_valid_configs():
 
 
 def test_batches_are_a_pure_function_of_the_step():
-    from tasks.common import epoch_indices as batch_sampler
+    from tasks.engine.data import epoch_indices as batch_sampler
 
     pick = batch_sampler(n=10, batch_size=4, seed=3)
     seq = torch.cat([pick(s) for s in range(5)])  # 20 = two epochs of 10; batch 2 straddles them
@@ -262,8 +262,8 @@ def test_short_sliding_window_cannot(attention_run):
 
 
 def test_the_mqar_sweep_is_the_grid():
-    """sweeps/mqar.py defines no grid of its own: its runs are grid_configs of ZOOLOGY_FIG2_GRID."""
-    from sweeps.core import load_sweep
+    """sweeps/shipped/mqar.py defines no grid of its own: its runs are grid_configs of ZOOLOGY_FIG2_GRID."""
+    from sweeps.spec import load_sweep
 
     sweep = load_sweep("mqar")
     want = [c for name, options in (("attention", {}), ("sliding_window", {"window": 16}),
@@ -274,9 +274,9 @@ def test_the_mqar_sweep_is_the_grid():
 
 
 def test_the_cpu_sweep_is_zoologys_grid_scaled_down():
-    """sweeps/mqar_cpu.py runs grid_configs of CPU_GRID, which changes only what a CPU
+    """sweeps/shipped/mqar_cpu.py runs grid_configs of CPU_GRID, which changes only what a CPU
     cannot afford in Zoology's grid (its data law and schedule stay)."""
-    from sweeps.core import load_sweep
+    from sweeps.spec import load_sweep
 
     runs = load_sweep("mqar_cpu").runs
     labels = {r.label for r in runs}

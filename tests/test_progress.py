@@ -9,10 +9,10 @@ import pytest
 import torch
 import torch.nn as nn
 
-from sweeps.core import make_run_id
-from tasks.mqar import MQARConfig
-from tasks.progress import format_line, read_progress
-from tasks.train import TrainConfig, train
+from sweeps.spec import make_run_id
+from tasks.mqar.task import MQARConfig
+from tasks.engine.progress import format_line, read_progress
+from tasks.engine.train import TrainConfig, train
 
 ROOT = Path(__file__).resolve().parents[1]
 

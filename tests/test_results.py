@@ -13,7 +13,7 @@ import torch
 from matplotlib.collections import PathCollection
 
 from results import plots
-from results.records import PUBLISHED as PUBLISHED_CSV
+from tasks.published import PUBLISHED as PUBLISHED_CSV
 from results.records import load_records, read_record, records_frame, write_record
 from results.report import report_markdown, write_report
 from results.stats import gap_interval, mad_runs, mad_scores, read_published, t_quantile
@@ -372,7 +372,7 @@ def test_mad_scores_rank_only_on_the_settings_every_mixer_of_a_task_ran():
 
 
 def test_a_diverged_mad_run_counts_at_its_evaluation_before():
-    from results.headline import mad_table
+    from results.paper.headline import mad_table
 
     def run(label, status, acc, task="mad"):
         return {"task": task, "run_status": status, "label": label, "mad_task": "copy", "setting": "base",

@@ -157,7 +157,7 @@ def test_intra_chunk_scores_split_only_where_safe(monkeypatch, C):
     exp(+-29)), beyond it but not within a block of SUB steps (blocked: no pairwise tensor),
     and beyond it even within a block: all match the float64 pairwise scores, and only the
     steepest chunk's blocks form the pairwise tensor."""
-    from zoo.ops import rwkv6 as core
+    from zoo.ops import chunks as core
 
     K = 8
     g = torch.Generator().manual_seed(3)

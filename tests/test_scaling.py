@@ -8,9 +8,10 @@ import torch
 
 import zoo
 from tasks import TASKS
-from tasks.flops import flops
-from tasks.scaling import ScalingConfig, build, main, make_steps, parse_mixers, run
-from tasks.timing import MemoryMeter, PointTimeout, is_oom, measure, run_point
+from zoo.flops import flops
+from tasks.benchmarks.scaling import ScalingConfig, build, main, make_steps, run
+from tasks.engine.cli import parse_mixers
+from tasks.benchmarks.timing import MemoryMeter, PointTimeout, is_oom, measure, run_point
 
 
 def test_measure_skips_warmup_and_reports_percentiles():
@@ -113,6 +114,9 @@ def test_parse_mixers():
         ("grassmann", {"impl": "fused", "offsets": (1, 2)})]
     with pytest.raises(ValueError, match="key=value"):
         parse_mixers("attention:fast")
+    # a mixer named by its import path keeps its colon, and options may follow it
+    assert parse_mixers("my_pkg.mixers:Mine:width=3,mine:Shift") == [
+        ("my_pkg.mixers:Mine", {"width": 3}), ("mine:Shift", {})]
 
 
 def _small(**kw):
@@ -198,13 +202,17 @@ def _allocate(meter: MemoryMeter, deadline, mb):
 def test_benchmark_tiny_fwd_bwd(benchmark, name):
     cfg = ScalingConfig(mixer=name, d_model=64, min_len=64, max_len=64, tokens=128, device="cpu")
     module, steps = make_steps(cfg, 64)
-    benchmark.pedantic(steps["fwd_bwd"], rounds=3, warmup_rounds=1)
-    assert isinstance(module.backend, str)
+    grads = benchmark.pedantic(steps["fwd_bwd"], rounds=3, warmup_rounds=1)
+    # the timed call computed what it claims: the input's and every weight's gradient
+    params = [p for p in module.parameters() if p.requires_grad]
+    assert len(grads) == 1 + len(params) and grads[0].shape == (2, 64, 64)
+    assert all(torch.isfinite(g).all() for g in grads) and grads[0].abs().sum() > 0
 
 
 @pytest.mark.benchmark(group="attention fwd, d=64", min_rounds=3)
 @pytest.mark.parametrize("L", [64, 256])
 def test_benchmark_tiny_attention_fwd(benchmark, L):
     cfg = ScalingConfig(d_model=64, min_len=L, max_len=L, tokens=256, device="cpu")
-    _, steps = make_steps(cfg, L)
-    benchmark.pedantic(steps["fwd"], rounds=3, warmup_rounds=1)
+    module, steps = make_steps(cfg, L)
+    y = benchmark.pedantic(steps["fwd"], rounds=3, warmup_rounds=1)
+    assert y.shape == (256 // L, L, 64) and torch.isfinite(y).all() and module.backend == "sdpa"

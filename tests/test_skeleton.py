@@ -1,4 +1,4 @@
-"""The skeleton every task shares (tasks.common) and the generic task CLI (python -m tasks)."""
+"""The skeleton every task shares (tasks.engine) and the generic task CLI (python -m tasks)."""
 import json
 
 import pytest
@@ -6,8 +6,9 @@ import torch
 
 import zoo
 from tasks.__main__ import main as task_cli
-from tasks.common import checkpoint_path, epoch_indices, refuse_non_causal, run_fields, score_best
-from tasks.train import TrainConfig, TrainResult
+from tasks.engine.data import epoch_indices
+from tasks.engine.runs import checkpoint_path, refuse_non_causal, run_fields, score_best
+from tasks.engine.train import TrainConfig, TrainResult
 
 
 def test_epoch_indices_depend_on_the_seed_and_nothing_else():

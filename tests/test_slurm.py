@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from sweeps.cli import main as cli
-from sweeps.core import load_sweep
-from sweeps.launch import workdir_for
+from sweeps.spec import load_sweep
+from results.layout import workdir_for
 from test_sweeps import records, toy_task  # noqa: F401  (the autouse fixture registers the toy task)
 
 

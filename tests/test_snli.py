@@ -11,11 +11,12 @@ import pytest
 import torch
 
 import zoo
-from tasks import TASKS, data
-from tasks.snli import (EncoderClassifier, FrozenFeatures, LMClassifier, SNLIConfig, beside_published,
+from tasks import TASKS
+from tasks.engine import data
+from tasks.snli.task import (EncoderClassifier, FrozenFeatures, LMClassifier, SNLIConfig, beside_published,
                         encode_pairs, pad, run)
-from tasks.snli_heads import Head, HeadConfig
-from tasks.train import TrainConfig
+from tasks.snli.heads import Head, HeadConfig
+from tasks.engine.train import TrainConfig
 from zoo.mixers.grassmann import plucker
 
 DATA = Path(os.environ.get("LINBENCH_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))

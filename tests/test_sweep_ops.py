@@ -16,11 +16,11 @@ import pytest
 
 from sweeps import cli as cli_module
 from sweeps.cli import main as cli
-from sweeps.launch import workdir_for
+from results.layout import workdir_for
 from sweeps.ledger import is_running, read_ledger
 from sweeps.overview import time_left
 from sweeps.slurm import signal_lead, slurm_parameters
-from tasks.progress import write_progress
+from tasks.engine.progress import write_progress
 from test_sweeps import TESTS, records, sweep_of, toy, toy_task  # noqa: F401  (the autouse fixture registers the toy task)
 
 TRAIN = {"steps": 8, "batch_size": 4, "lr": 1e-2, "warmup_steps": 1, "eval_every": 4, "device": "cpu"}
@@ -143,8 +143,8 @@ def test_time_left_uses_a_heartbeat_else_the_nearest_finished_runs_and_says_whic
 
 def test_time_left_scales_by_the_tokens_a_run_plans_where_its_task_says():
     from sweeps import RunConfig
-    from tasks.mad import MADConfig
-    from tasks.mqar import MQARConfig
+    from tasks.mad.task import MADConfig
+    from tasks.mqar.task import MQARConfig
     from tasks.wikitext2 import WikiText2Config
 
     def mqar(steps, batch=64, lr=1e-3):

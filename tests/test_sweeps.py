@@ -16,14 +16,18 @@ from pathlib import Path
 import pytest
 import torch
 
+import sweeps
 import tasks
 import zoo
 from sweeps import RunConfig, SweepError, launch, load_sweep, make_run_id, matched_models, validate
 from sweeps.cli import main as cli
-from sweeps.core import Sweep
-from sweeps.launch import _exclusive, execute, may_start, workdir_for
-from tasks.common import environment, lm_loss, model_metadata
-from tasks.train import TrainConfig, train
+from sweeps.spec import Sweep
+from results.layout import workdir_for
+from sweeps.jobs import _exclusive, execute
+from sweeps.launch import may_start
+from tasks.engine.losses import lm_loss
+from tasks.engine.runs import environment, model_metadata
+from tasks.engine.train import TrainConfig, train
 from submitit.core.utils import UncompletedJobError
 from zoo.config import StrictConfig
 
@@ -109,7 +113,7 @@ def test_a_mixers_revision_is_part_of_the_run_id(monkeypatch):
     """A revised mixer computes something else for the same config, so its runs get new
     ids and no record of the earlier revision is taken for them; configs of unrevised
     mixers keep their ids (records committed before revisions existed)."""
-    from sweeps.core import mixer_revisions
+    from sweeps.spec import mixer_revisions
     from zoo.mixers.grassmann import Grassmann
 
     reference = Path(__file__).resolve().parent.parent / "results" / "reference"
@@ -154,8 +158,11 @@ def test_load_sweep_by_path_and_by_name(tmp_path):
     path.write_text("from sweeps import RunConfig\nconfigs = [RunConfig('toy', {'seed': 'x', 'lr': 1})]\n")
     with pytest.raises(SweepError, match="'lr'"):
         load_sweep(path)
-    with pytest.raises(SweepError, match="shipped sweeps"):
+    with pytest.raises(SweepError, match="shipped sweeps") as err:
         load_sweep("no_such_sweep")
+    files = sorted(f.stem for f in (Path(sweeps.__file__).parent / "shipped").iterdir())
+    assert f"shipped sweeps: {files}" in str(err.value)  # exactly the sweep files, no machinery
+    assert "cli" not in files and "mqar_cpu" in files
     assert cli(["run", str(path), "--dry-run"]) == 2  # the CLI names the problem and exits 2
 
 
@@ -257,9 +264,11 @@ def test_a_run_already_running_elsewhere_is_left_alone(tmp_path):
     assert execute(run, "t", tmp_path, toy_run) == "ok"
 
 
-@pytest.mark.parametrize("name", ["smoke", "mqar", "scaling", "snli_paper", "grassmann_variants", "mad", "mad_cpu",
-                                  # matches parameters of 10 paper-size models at load: ~20 s on 2 cores
-                                  pytest.param("wikitext2_paper", marks=pytest.mark.slow)])
+SLOW_TO_LOAD = {"wikitext2_paper"}  # matches parameters of 10 paper-size models at load: ~20 s on 2 cores
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.slow] if n in SLOW_TO_LOAD else [])
+                                  for n in sweeps.shipped_sweeps()])
 def test_shipped_sweeps_validate(name):
     sweep = load_sweep(name)
     assert len(sweep) and all(run.task in tasks.TASKS for run in sweep.runs)

@@ -1,11 +1,11 @@
 """A new mixer is one file and one registry line: a toy mixer defined here, registered
 for the test only (no file but this one touched), goes through everything a shipped
-mixer goes through: the shared harness of tests/test_mixers.py, a tasks.scaling
+mixer goes through: the shared harness of tests/test_mixers.py, a tasks.benchmarks.scaling
 measurement, an LM training step (the MQAR task on tiny synthetic data), its FLOPs
 (the base Mixer's default, FlopCounterMode) and a sweep's ``--dry-run``.
 
 The registration is a monkeypatch of ``zoo.MIXERS``: visible in this process only. The
-paths that build mixers in child processes (tasks.scaling with isolate=True, the local
+paths that build mixers in child processes (tasks.benchmarks.scaling with isolate=True, the local
 and Slurm executors' submitit jobs) look the name up in a fresh interpreter, so a real
 mixer is registered where every process imports it: its line in zoo/mixers/__init__.py.
 Here those paths run in-process (isolate=False, the sweep's dry run).
@@ -23,12 +23,13 @@ import torch.nn.functional as F
 import test_mixers as harness  # the shared harness (tests/ is on sys.path under pytest)
 import zoo
 from sweeps.cli import main as cli
-from tasks.flops import flops
-from tasks.mqar import LOCAL_GRID, MQARConfig, grid_configs, zoo_positions
-from tasks.mqar import run as run_mqar
-from tasks.scaling import ScalingConfig
-from tasks.scaling import run as run_scaling
-from tasks.train import TrainConfig
+from zoo.flops import flops
+from tasks.mqar.task import LOCAL_GRID, MQARConfig, grid_configs
+from zoo.model import positions_for
+from tasks.mqar.task import run as run_mqar
+from tasks.benchmarks.scaling import ScalingConfig
+from tasks.benchmarks.scaling import run as run_scaling
+from tasks.engine.train import TrainConfig
 from tasks.wikitext2 import paper_model_config
 from zoo.mixers.base import check_divisible, check_positive
 
@@ -86,11 +87,11 @@ def _rows(names: list[str], values) -> list[tuple]:
     return [v.values if isinstance(v, _PARAM) else v if len(names) > 1 else (v,) for v in values]
 
 
-def harness_cases():
+def harness_cases(mixer: str = TOY):
     """(check, arguments) for every check of tests/test_mixers.py that runs once per
-    registered mixer (a ``name`` parametrized over every name in the registry), with the
-    toy as the mixer and the check's other parametrizations read from its marks: checks
-    added there run here too."""
+    registered mixer (a ``name`` parametrized over every name in the registry), with
+    ``mixer`` (the toy, or an import path) as the mixer and the check's other
+    parametrizations read from its marks: checks added there run here too."""
     registered = set(zoo.MIXERS) - {TOY}  # the shipped mixers (the toy is not in NAMES)
     for check_name, fn in inspect.getmembers(harness, inspect.isfunction):
         axes, per_mixer = [], False
@@ -107,19 +108,22 @@ def harness_cases():
         if not (check_name.startswith("test_") and per_mixer):
             continue
         for combo in itertools.product(*axes):
-            kwargs = {"name": TOY}
+            kwargs = {"name": mixer}
             for part in combo:
                 kwargs.update(part)
             yield pytest.param(fn, kwargs, id=f"{check_name}[{'-'.join(map(str, kwargs.values()))}]")
 
 
+def run_check(check, kwargs: dict, request) -> None:
+    """Call a harness check with ``kwargs``; arguments that are fixtures there (tmp_path,
+    ...) are fixtures here too."""
+    fixtures = {arg: request.getfixturevalue(arg) for arg in inspect.signature(check).parameters if arg not in kwargs}
+    check(**kwargs, **fixtures)
+
+
 @pytest.mark.parametrize("check, kwargs", list(harness_cases()))
 def test_shared_harness(check, kwargs, request):
-    # arguments that are fixtures there (tmp_path, ...) are fixtures here too
-    for arg in inspect.signature(check).parameters:
-        if arg not in kwargs:
-            kwargs = {**kwargs, arg: request.getfixturevalue(arg)}
-    check(**kwargs)
+    run_check(check, kwargs, request)
 
 
 def test_harness_cases_cover_the_checks():
@@ -135,7 +139,7 @@ def test_flops_by_the_base_default():
     m = ToyConv(D, width=width)
     core = 2 * B * L * D * width  # the einsum: width taps per channel, a multiply-add each
     assert m.core_flops(B, L) == core and m.bwd_ratio == 2.0
-    dense = 2 * B * L * 2 * D * D  # proj and out, counted from their weights by tasks.flops
+    dense = 2 * B * L * 2 * D * D  # proj and out, counted from their weights by zoo.flops
     assert flops(m, B, L) == {"fwd": dense + core, "fwd_bwd": 3 * dense + 3 * core}
 
 
@@ -153,7 +157,7 @@ def test_scaling_measurement_in_process():
 
 def test_lm_training_step_through_the_mqar_task(tmp_path):
     model = zoo.ModelConfig(vocab_size=32, d_model=16, n_layers=1, max_len=16, d_ff=0, mixer=TOY,
-                            mixer_options={"n_heads": 4}, positions=zoo_positions(TOY))
+                            mixer_options={"n_heads": 4}, positions=positions_for(TOY))
     cfg = MQARConfig(model=model, seq_len=16, num_kv_pairs=2, vocab_size=32, num_train_examples=16,
                      num_test_examples=8, cache_dir=str(tmp_path),
                      train=TrainConfig(steps=2, batch_size=4, warmup_steps=1, eval_every=2, device="cpu"))
@@ -167,16 +171,16 @@ def test_presets_read_the_mixer_not_a_list():
     # wikitext2: the preset's n_heads goes to every mixer that takes n_heads
     assert paper_model_config(TOY, "tiny").mixer_options == {"n_heads": 4}
     # MQAR (Zoology): positions for the mixers blind to order without them; the toy is not
-    assert zoo_positions(TOY) == "none" and zoo_positions("attention") == "learned"
-    assert zoo_positions("attention", {"rotary": 8}) == "none"  # rotary attention brings its own
+    assert positions_for(TOY) == "none" and positions_for("attention") == "learned"
+    assert positions_for("attention", {"rotary": 8}) == "none"  # rotary attention brings its own
     assert grid_configs(LOCAL_GRID, TOY)[0].model.positions == "none"
     assert grid_configs(LOCAL_GRID, "attention", {"rotary": 8})[0].model.positions == "none"
 
 
 SWEEP = '''"""A sweep of the toy mixer, written by tests/test_toy_mixer.py."""
 from sweeps import RunConfig, matched_models
-from tasks.mqar import MQARConfig
-from tasks.scaling import ScalingConfig
+from tasks.mqar.task import MQARConfig
+from tasks.benchmarks.scaling import ScalingConfig
 from tasks.wikitext2 import paper_model_config, preset_config
 
 base = paper_model_config("attention", "tiny")

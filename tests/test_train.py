@@ -1,4 +1,4 @@
-"""The shared training loop (tasks.train): schedule, divergence, early stop, best
+"""The shared training loop (tasks.engine.train): schedule, divergence, early stop, best
 weights, and exact resume after an interruption, including a real SIGTERM."""
 import math
 import os
@@ -13,8 +13,8 @@ import torch
 import torch.nn as nn
 
 import zoo
-from tasks.common import lm_loss
-from tasks.train import TrainConfig, train
+from tasks.engine.losses import lm_loss
+from tasks.engine.train import TrainConfig, train
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -224,7 +224,7 @@ def test_marked_parameters_get_no_weight_decay():
     """Mamba's A_log is a (d_inner, d_state) matrix, but mamba_ssm never decays it; RWKV-6's
     (5, D) mixing coefficients and (H, K) bonus likewise. The optimiser's groups honour
     the mixers' ``_no_weight_decay`` marks; Linear weights still decay."""
-    from tasks.train import _optimizer
+    from tasks.engine.train import _optimizer
     for mixer, marked in (("mamba", ("A_log",)), ("rwkv6", ("time_maa", "time_faaaa", "time_maa_w1"))):
         model = zoo.build_model(zoo.ModelConfig(vocab_size=50, d_model=32, n_layers=1, max_len=16,
                                                 mixer=mixer), seed=0)
@@ -238,7 +238,7 @@ def test_marked_parameters_get_no_weight_decay():
 
 
 def test_labelled_loss_is_the_lm_loss_with_the_head_where_labels_are():
-    from tasks.common import labelled_lm_loss
+    from tasks.engine.losses import labelled_lm_loss
 
     torch.manual_seed(0)
     model = zoo.build_model(zoo.ModelConfig(vocab_size=50, d_model=16, n_layers=2, max_len=12))

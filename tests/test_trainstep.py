@@ -4,9 +4,9 @@ import csv
 
 import pytest
 
-import tasks.trainstep as ts
+import tasks.benchmarks.trainstep as ts
 import zoo
-from tasks.trainstep import TrainStepConfig, main, markdown_table, run
+from tasks.benchmarks.trainstep import TrainStepConfig, main, markdown_table, run
 
 TINY = dict(points=((8, 16, 2),), warmup=0, repeats=1, isolate=False)
 
@@ -106,7 +106,7 @@ def test_cli_isolated_writes_csv_and_table_from_reproduces_the_table(tmp_path, c
     assert att["tokens"] == "16" and att["threads"] == "1" and int(ret["params"]) > 0
     assert float(att["ratio"]) == 1.0
     assert float(ret["ratio"]) == pytest.approx(float(ret["median_ms"]) / float(att["median_ms"]))
-    assert att["command"] == "python -m tasks.trainstep " + " ".join(argv)
+    assert att["command"] == "python -m tasks.benchmarks.trainstep " + " ".join(argv)
     table = markdown_table(rows)
     assert table in printed and "| retnet | " in table and "x) |" in table
     main(["--table-from", str(out)])

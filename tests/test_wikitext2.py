@@ -12,8 +12,10 @@ import pytest
 import torch
 
 import zoo
-from tasks import TASKS, data
-from tasks.train import TrainConfig
+from tasks import TASKS
+from tasks.engine import data
+from tasks.engine.train import TrainConfig
+from tasks.published import published_rows
 from tasks.wikitext2 import (Chunks, WikiText2Config, beside_published, paper_model_config, preset_config,
                              run, train_batches)
 
@@ -184,7 +186,7 @@ def test_our_numbers_print_beside_the_published_ones():
     text = beside_published(rec)
     assert "GrassmannLM" in text and "275.7" in text and "356.6" in text and "181.66" in text
     assert "235.2" not in text  # 12L/256 rows belong to the other preset
-    assert {r["setting"] for r in data.published_rows("wikitext2")} == {"6L/128", "12L/256", "6L/256"}
+    assert {r["setting"] for r in published_rows("wikitext2")} == {"6L/128", "12L/256", "6L/256"}
 
 
 def _build_once(path: str, log: str, queue) -> None:
@@ -216,10 +218,10 @@ def test_concurrent_cache_misses_build_once_and_share_the_result(tmp_path):
 
 
 def test_the_6_layer_sweep_reads_each_model_at_its_best_lr():
-    """sweeps/wikitext2_6L_cpu.py: attention and Grassmann each over the bracket at seed 0
+    """sweeps/shipped/wikitext2_6L_cpu.py: attention and Grassmann each over the bracket at seed 0
     and 3 seeds at their best rate, the two reading controls at Grassmann's, every model
     matched to attention; the kept seed-0 runs of the window and Mamba-2 at 1e-3."""
-    from sweeps.core import load_sweep
+    from sweeps.spec import load_sweep
 
     sweep = load_sweep("wikitext2_6L_cpu")
     module = __import__("linbench_sweep_wikitext2_6L_cpu")

@@ -1,6 +1,6 @@
 """linbench's model zoo: mixers, scan cores, the LM backbone and parameter matching."""
 from .causality import CausalityError, assert_causal, check_causal, check_mixer_causal
 from .config import StrictConfig
-from .mixers import MIXERS, Mixer, build_mixer
+from .mixers import MIXERS, Mixer, build_mixer, mixer_class
 from .model import LM, ModelConfig, build_model
 from .params import Match, config_params, count_params, match_params

@@ -1,4 +1,4 @@
-"""``python -m zoo [--d-model 256] [--seq-len 2048]``: the mixer table of the README,
+"""``python -m zoo [--d-model 256] [--seq-len 2048]``: the mixer table of docs/zoo.md,
 computed from the code (parameters per mixer, state per sequence, fast path), then
 which fast-path kernels can run on this machine and why not."""
 from __future__ import annotations

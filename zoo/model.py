@@ -16,7 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .config import StrictConfig, check_bounds, check_choice
-from .mixers import MIXERS, build_mixer
+from .mixers import build_mixer, check_mixer, is_mixer, mixer_class
 
 ACTIVATIONS = ("gelu", "relu", "swiglu")
 
@@ -46,7 +46,7 @@ class ModelConfig(StrictConfig):
 
     def __post_init__(self):
         own = "ModelConfig"
-        check_choice(own, "mixer", self.mixer, sorted(MIXERS))
+        check_mixer(own, "mixer", self.mixer)
         check_choice(own, "activation", self.activation, ACTIVATIONS)
         check_choice(own, "norm", self.norm, ("layernorm", "rmsnorm"))
         check_choice(own, "block", self.block, ("prenorm", "postnorm"))
@@ -65,7 +65,7 @@ class ModelConfig(StrictConfig):
             if unknown or "mixer" not in self.hybrid or "every" not in self.hybrid:
                 raise ValueError(f"{own}: hybrid={self.hybrid!r} needs 'mixer' and 'every' (and "
                                  f"optionally 'options'); unknown keys: {unknown}")
-            check_choice(own, "hybrid['mixer']", self.hybrid["mixer"], sorted(MIXERS))
+            check_mixer(own, "hybrid['mixer']", self.hybrid["mixer"])
             every = self.hybrid["every"]
             if not isinstance(every, int) or isinstance(every, bool) or not 1 <= every <= self.n_layers:
                 raise ValueError(f"{own}: hybrid['every']={every!r} must be an integer from 1 to "
@@ -75,7 +75,7 @@ class ModelConfig(StrictConfig):
     @property
     def ffn_width(self) -> int:
         if self.d_ff is None:
-            return 4 * self.d_model if MIXERS[self.mixer].uses_mlp else 0
+            return 4 * self.d_model if mixer_class(self.mixer).uses_mlp else 0
         return self.d_ff
 
     def options_for_layer(self, i: int) -> dict:
@@ -106,7 +106,7 @@ class ModelConfig(StrictConfig):
 
 
 def _check_options(own: str, mixer: str, *option_dicts) -> None:
-    valid = MIXERS[mixer].option_names
+    valid = mixer_class(mixer).option_names
     for opts in option_dicts:
         unknown = sorted(set(opts) - set(valid))
         if unknown:
@@ -232,3 +232,13 @@ def build_model(cfg: ModelConfig, seed: int | None = None) -> LM:
         if seed is not None:
             torch.manual_seed(seed)
         return LM(cfg)
+
+
+def positions_for(mixer: str, options: dict | None = None) -> str:
+    """Zoology's rule for ``ModelConfig.positions``: learned positions for the mixers that
+    are blind to token order without them (softmax attention and its local form), none for
+    the others, nor for attention with rotary positions. Asked of the mixer
+    (``Mixer.needs_positions``), so a new mixer needs no entry here; an unknown name gets
+    "none" here and is refused by ModelConfig, with the valid ones."""
+    own = is_mixer(mixer) and mixer_class(mixer).needs_positions and not (options or {}).get("rotary")
+    return "learned" if own else "none"

@@ -11,9 +11,9 @@ fails at construction instead of silently running the default.
 Everything the rest of linbench needs to know about a mixer is asked of the mixer, never
 kept in a list of mixer names elsewhere: its options (``option_names``, read by presets
 such as wikitext2's "n_heads for every mixer that takes it"), its cost (``core_flops``
-and ``bwd_ratio``, summed by tasks.flops), whether it needs position embeddings
+and ``bwd_ratio``, summed by zoo.flops), whether it needs position embeddings
 (``needs_positions``), its state (``state_size``) and which of its parameters take no
-weight decay (``p._no_weight_decay = True``, honoured by tasks.train). So a new mixer is
+weight decay (``p._no_weight_decay = True``, honoured by tasks.engine.train). So a new mixer is
 one file and one registry line.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ..config import check_choice  # noqa: F401  (re-exported for the mixers)
 
-# Layers whose FLOPs tasks.flops counts from their weights (2 per weight per token), so a
+# Layers whose FLOPs zoo.flops counts from their weights (2 per weight per token), so a
 # mixer's core_flops leaves them out.
 DENSE = (nn.Linear, nn.Conv1d)
 
@@ -62,12 +62,12 @@ class Mixer(nn.Module):
     # "torch_chunked", "mamba_ssm", ...). Recorded with every result.
     backend: str = "torch"
 
-    # Where the fast path comes from, for the README's table and the records.
+    # Where the fast path comes from, for docs/zoo.md's table and the records.
     fast_path: str = "none (pure PyTorch)"
 
     # Bumped when a change alters what an unchanged config of this mixer computes (the
     # Grassmann mixer's 2: it returns the update of its blend, no longer the blend). A
-    # run's id carries every revision past 1 (sweeps.core.make_run_id), so a record of
+    # run's id carries every revision past 1 (sweeps.spec.make_run_id), so a record of
     # an earlier revision is never taken for this one's.
     revision: int = 1
 
@@ -80,22 +80,22 @@ class Mixer(nn.Module):
     # Recipes that give only such mixers positions (Zoology's MQAR) read it.
     needs_positions: bool = False
 
-    # Backward FLOPs / forward FLOPs of the core (tasks.flops): 2 for matmul-like work
+    # Backward FLOPs / forward FLOPs of the core (zoo.flops): 2 for matmul-like work
     # (two products per product of the forward); attention says 2.5 (FlashAttention's
     # convention: its backward recomputes the scores).
     bwd_ratio: float = 2.0
 
     def core_flops(self, B: int, L: int) -> float | None:
         """Forward FLOPs on a (B, L) batch of everything the mixer runs outside its
-        nn.Linear / nn.Conv1d layers (tasks.flops counts those from their weights).
-        Conventions (tasks.flops): a multiply-add is 2 FLOPs, elementwise work is free.
+        nn.Linear / nn.Conv1d layers (zoo.flops counts those from their weights).
+        Conventions (zoo.flops): a multiply-add is 2 FLOPs, elementwise work is free.
 
         Default: torch's ``FlopCounterMode`` on a forward over meta tensors (no memory, no
         compute), minus what it counted inside the dense layers. It sees matmuls, bmm,
         einsums and convolutions as the forward runs them: masked halves of a chunk's
         products and padding included, elementwise recurrences (a selective scan) not at
         all. A mixer whose cost that misstates overrides this with its formula, as every
-        shipped mixer does (README, "Adding a mixer"). Returns None (no estimate rather
+        shipped mixer does (docs/extending.md). Returns None (no estimate rather
         than a wrong one) when the forward cannot run on meta tensors."""
         return counted_core_flops(self, B, L)
 

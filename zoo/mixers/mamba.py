@@ -13,15 +13,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..ops.conv import causal_conv1d
+from ..ops.conv import CAUSAL_CONV1D_NEEDS, causal_conv1d
 from ..ops.fastpath import Kernel
 from ..ops.selective_scan import selective_scan, selective_scan_backend
 from .base import Mixer, check_positive
 
-# Fused conv + projections + scan. It calls causal-conv1d's C++ functions, which
-# mamba_ssm imports under one name or another depending on its version.
-CAUSAL_CONV1D_NEEDS = (("causal_conv1d_fwd_function", "causal_conv1d_bwd_function"),
-                       ("causal_conv1d_cuda",))
+# Fused conv + projections + scan; it calls causal-conv1d's C++ functions.
 MAMBA_INNER = Kernel("mamba_ssm.ops.selective_scan_interface", "mamba_inner_fn", "mamba-ssm",
                      "2.0.0", "the argument layouts of mamba_ssm 2", needs=CAUSAL_CONV1D_NEEDS)
 

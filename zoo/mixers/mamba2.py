@@ -21,11 +21,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..ops.conv import causal_conv1d
+from ..ops.conv import CAUSAL_CONV1D_NEEDS, causal_conv1d
 from ..ops.fastpath import Kernel
 from ..ops.ssd import ssd_backend, ssd_scan
 from .base import Mixer, check_positive, chunked_linear_attention_flops
-from .mamba import CAUSAL_CONV1D_NEEDS
 
 MAMBA2_FUSED = Kernel("mamba_ssm.ops.triton.ssd_combined", "mamba_split_conv1d_scan_combined",
                       "mamba-ssm", "2.0.0", "the Mamba-2 SSD kernels", needs=CAUSAL_CONV1D_NEEDS)

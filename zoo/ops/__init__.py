@@ -10,7 +10,7 @@ from .delta_rule import gated_delta_rule, gated_delta_rule_chunked, gated_delta_
 from .fastpath import KERNELS, Kernel, optional, status, torch_only
 from .gla import gla, gla_chunked, gla_ref
 from .grassmann import grassmann_features_factored, grassmann_features_fused
-from .rwkv6 import rwkv6_scan, rwkv6_scan_ref, rwkv6_scan_torch
+from .rwkv6 import rwkv6_scan, rwkv6_scan_ref, rwkv6_scan_chunked
 from .selective_scan import (selective_scan, selective_scan_chunked, selective_scan_fused_cpu,
                              selective_scan_ref)
 from .ssd import ssd_scan, ssd_scan_chunked, ssd_scan_ref

@@ -23,6 +23,10 @@ import torch.nn.functional as F
 from . import cpu_kernels
 
 CONV_CPP = "causal_conv1d_cpu.cpp"
+# What mamba_ssm's fused kernels need of causal-conv1d: its C++ functions, which
+# mamba_ssm imports under one name or another depending on its version (a Kernel's needs).
+CAUSAL_CONV1D_NEEDS = (("causal_conv1d_fwd_function", "causal_conv1d_bwd_function"),
+                       ("causal_conv1d_cuda",))
 _P, _N = ctypes.c_void_p, ctypes.c_int64
 CONV_SIGNATURES = {f"causal_conv1d_{way}_{s}": (_P,) * k + (_N,) * 4
                    for way, k in (("fwd", 4), ("bwd", 6)) for s in ("f32", "f64")}
@@ -61,7 +65,7 @@ class _FusedConv(torch.autograd.Function):
         taps = weight.reshape(C, W).t().contiguous()  # (W, C)
         bias_c = None if bias is None else bias.contiguous()
         y = torch.empty_like(x)
-        at = cpu_kernels.at
+        at = cpu_kernels.row_address
 
         def run(b0, b1):
             fwd(at(x, b0), at(taps), None if bias_c is None else at(bias_c), at(y, b0),
@@ -79,7 +83,7 @@ class _FusedConv(torch.autograd.Function):
         dy = dy.contiguous()
         dx = torch.empty_like(x)
         parts = []  # each slice's (dtaps, dbias), summed below
-        at = cpu_kernels.at
+        at = cpu_kernels.row_address
 
         def run(b0, b1):
             dtaps, dbias = x.new_empty(W, C), x.new_empty(C)

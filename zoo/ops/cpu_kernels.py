@@ -157,6 +157,6 @@ def over_batch(call: Callable[[int, int], None], batch: int) -> None:
         future.result()
 
 
-def at(t: torch.Tensor, b0: int = 0) -> int:
+def row_address(t: torch.Tensor, b0: int = 0) -> int:
     """Address of row b0 of contiguous tensor ``t`` (its first element for b0 = 0)."""
     return t.data_ptr() + b0 * t.stride(0) * t.element_size()

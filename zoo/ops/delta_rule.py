@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from .fastpath import Kernel
-from .rwkv6 import matmul_range
+from .chunks import matmul_range
 
 # 0.1.0 took (B, H, L, K) by default (head_first=True); 0.1.1 made (B, L, H, K), the layout we
 # call it in, the default (we never pass head_first: 0.4 deprecates it, 0.6 refuses it). We ask

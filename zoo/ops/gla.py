@@ -36,7 +36,7 @@ from __future__ import annotations
 import torch
 
 from .fastpath import Kernel
-from .rwkv6 import rwkv6_scan_torch
+from .rwkv6 import rwkv6_scan_chunked
 
 CHUNK_GLA = Kernel("fla.ops.gla", "chunk_gla", "flash-linear-attention", "0.2.0",
                    "the (B, L, H, K) layout; 0.1.x read it as head-first")
@@ -68,7 +68,7 @@ def gla_ref(q, k, v, gk, scale=None, initial_state=None, output_final_state=Fals
 
 def gla_chunked(q, k, v, gk, scale=None, initial_state=None, output_final_state=False,
                 chunk_size=32):
-    """GLA through ``rwkv6_scan_torch`` (u = 0) plus the current-token term; exact (see
+    """GLA through ``rwkv6_scan_chunked`` (u = 0) plus the current-token term; exact (see
     the module docstring). Same arguments and returns as ``gla_ref``; ``chunk_size``
     is the core's."""
     K = q.shape[-1]
@@ -81,7 +81,7 @@ def gla_chunked(q, k, v, gk, scale=None, initial_state=None, output_final_state=
         return t.transpose(1, 2)
 
     # v in acc so that the core returns o unrounded and the sum below rounds once
-    o, S = rwkv6_scan_torch(heads(q * gk.exp()), heads(k), heads(v), heads(gk),
+    o, S = rwkv6_scan_chunked(heads(q * gk.exp()), heads(k), heads(v), heads(gk),
                             q.new_zeros(H, K), scale, initial_state, output_final_state,
                             chunk_size)  # o: (B, H, L, V)
     diag = scale * (q * k).sum(-1, keepdim=True) * v  # (B, L, H, V): (q_t . k_t) v_t

@@ -206,7 +206,7 @@ class _FusedScan(torch.autograd.Function):
         y = u.new_empty(batch, dim, L)
         h_last = u.new_empty(batch, dim, n)
         h_chunks = u.new_empty(batch, dim, -(-L // T), n)  # the state entering each chunk
-        at = cpu_kernels.at
+        at = cpu_kernels.row_address
 
         def run(b0, b1):
             fwd(at(u, b0), at(dt, b0), at(A), at(B, b0), at(C, b0), at(y, b0), at(h_last, b0),
@@ -228,7 +228,7 @@ class _FusedScan(torch.autograd.Function):
         du, ddt = torch.empty_like(u), torch.empty_like(u)
         dA = u.new_empty(batch, dim, n)  # per batch row, so that slices never share a sum
         dB, dC = torch.empty_like(B), torch.empty_like(C)
-        at = cpu_kernels.at
+        at = cpu_kernels.row_address
 
         def run(b0, b1):
             ctx.bwd(at(u, b0), at(dt, b0), at(A), at(B, b0), at(C, b0), at(h_chunks, b0),

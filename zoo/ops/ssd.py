@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from .fastpath import Kernel
-from .rwkv6 import matmul_range
+from .chunks import matmul_range
 
 # Also the source of the fused Mamba-2 block (zoo/mixers/mamba2.py); no float64 kernels.
 SSD_SCAN = Kernel("mamba_ssm.ops.triton.ssd_combined", "mamba_chunk_scan_combined", "mamba-ssm",
@@ -82,6 +82,56 @@ def ssd_scan_ref(x, dt, A, B, C, chunk_size=64, D=None, z=None, dt_bias=None, dt
     return (y, H) if return_final_states else y
 
 
+def _discretize(x, dt, A, dt_bias, dt_softplus: bool, cdt: torch.dtype):
+    """The per-step log-decay dA = dt * A (b, L, h), <= 0, and the input scaled by dt,
+    xdt (b, L, h, p), in the accumulation dtype ``cdt``."""
+    dt = dt.to(cdt)
+    if dt_bias is not None:
+        dt = dt + dt_bias.to(cdt)
+    if dt_softplus:
+        dt = F.softplus(dt)
+    return dt * A.to(cdt), x.to(cdt) * dt[..., None]
+
+
+def _within_chunks(C, B, x_heads, cs, limit: float):
+    """Step 1 of ``ssd_scan_chunked``: each chunk's output from its own steps,
+    y_l = sum_{s <= l} (C_l . B_s) exp(cs_l - cs_s) xdt_s, computed as
+    exp(cs_l - m) [tril(C B^T) (exp(m - cs) xdt)]_l with m halfway along the chunk's decay:
+    one (Q x Q) product per group shared by its r heads, and no (Q x Q) decay per head.
+    Where a head's total decay in a chunk would push a factor's exponent past ``limit`` / 2,
+    that (chunk, head) is recomputed with its pairwise decays.
+    C, B: (b, c, g, Q, n); x_heads: (b, c, g, Q, r, p); cs: (b, c, g, r, Q). Returns
+    (b, c, g, Q, r, p)."""
+    Q, (r, p) = C.shape[-2], x_heads.shape[-2:]
+    causal = torch.ones(Q, Q, dtype=torch.bool, device=C.device).tril()
+    scores = (C @ B.transpose(-1, -2)).masked_fill(~causal, 0.0)  # (b, c, g, Q, Q)
+    mid = cs[..., -1:] / 2  # (b, c, g, r, 1)
+    into = (mid - cs).clamp(max=limit / 2).exp().transpose(-1, -2)[..., None]  # (b, c, g, Q, r, 1)
+    out_of = (cs - mid).clamp(max=limit / 2).exp().transpose(-1, -2)[..., None]
+    y = (scores @ (x_heads * into).flatten(-2)).unflatten(-1, (r, p)) * out_of
+    steep = -cs[..., -1] > limit  # (b, c, g, r)
+    if steep.any():
+        at = steep.nonzero(as_tuple=True)
+        cs_at = cs[at]  # (M, Q)
+        decay = (cs_at[:, :, None] - cs_at[:, None, :]).masked_fill(~causal, float("-inf")).exp()
+        y_at = (scores[at[:3]] * decay) @ x_heads.transpose(3, 4)[at]  # (M, Q, p)
+        y = y.transpose(3, 4).index_put(at, y_at).transpose(3, 4)
+    return y
+
+
+def _across_chunks(states, cs, S, r: int, p: int):
+    """Step 3 of ``ssd_scan_chunked``: a loop over chunks (not steps). The state entering
+    chunk k+1 is exp(chunk k's total decay) times the state entering k, plus k's own
+    (``states``, (b, c, g, n, r*p)); ``S`` (b, g, n, r*p) enters the first. Returns the
+    state entering each chunk, (b, c, g, n, r*p), and the final one."""
+    carry = cs[..., -1].exp()[:, :, :, None, :, None]  # (b, c, g, 1, r, 1)
+    entering = []
+    for k in range(states.shape[1]):
+        entering.append(S)
+        S = (S.unflatten(-1, (r, p)) * carry[:, k]).flatten(-2) + states[:, k]
+    return torch.stack(entering, dim=1), S
+
+
 def ssd_scan_chunked(x, dt, A, B, C, chunk_size=64, D=None, z=None, dt_bias=None, dt_softplus=False,
                      initial_states=None, return_final_states=False):
     """Pure-PyTorch SSD, same signature and semantics as ``ssd_scan``."""
@@ -96,13 +146,7 @@ def ssd_scan_chunked(x, dt, A, B, C, chunk_size=64, D=None, z=None, dt_bias=None
     # many numbers just below 1 and the states sum over the whole sequence.
     cdt = torch.promote_types(x.dtype, torch.float32)
 
-    dt = dt.to(cdt)
-    if dt_bias is not None:
-        dt = dt + dt_bias.to(cdt)
-    if dt_softplus:
-        dt = F.softplus(dt)
-    dA = dt * A.to(cdt)  # (b, L, h) log-decay per step, <= 0
-    xdt = x.to(cdt) * dt[..., None]  # (b, L, h, p) the input enters scaled by dt
+    dA, xdt = _discretize(x, dt, A, dt_bias, dt_softplus, cdt)  # (b, L, h), (b, L, h, p)
     B, C = B.to(cdt), C.to(cdt)
 
     # Pad to whole chunks AFTER dt_bias/softplus: padded steps have dA = 0 (decay 1)
@@ -122,41 +166,18 @@ def ssd_scan_chunked(x, dt, A, B, C, chunk_size=64, D=None, z=None, dt_bias=None
     dA = dA.view(b, c, Q, g, r).permute(0, 1, 3, 4, 2)  # (b, c, g, r, Q)
     cs = dA.cumsum(-1)  # (b, c, g, r, Q) log-decay from the chunk's start, inclusive
 
-    # 1. Inside each chunk: y_l = sum_{s <= l} (C_l . B_s) exp(cs_l - cs_s) xdt_s, i.e.
-    # exp(cs_l - m) [tril(C B^T) (exp(m - cs) xdt)]_l with m halfway along the chunk's
-    # decay: one (Q x Q) product per group shared by its r heads, and no (Q x Q) decay
-    # per head. Where a head's total decay in a chunk would push a factor's exponent
-    # past MATMUL_RANGE / 2, that (chunk, head) is recomputed with its pairwise decays.
-    causal = torch.ones(Q, Q, dtype=torch.bool, device=x.device).tril()
-    scores = (C @ B.transpose(-1, -2)).masked_fill(~causal, 0.0)  # (b, c, g, Q, Q)
-    limit = matmul_range(cdt)
-    mid = cs[..., -1:] / 2  # (b, c, g, r, 1)
-    into = (mid - cs).clamp(max=limit / 2).exp().transpose(-1, -2)[..., None]  # (b, c, g, Q, r, 1)
-    out_of = (cs - mid).clamp(max=limit / 2).exp().transpose(-1, -2)[..., None]
+    # 1. Inside each chunk: each step from the chunk's own earlier steps.
     x_heads = xdt.unflatten(-1, (r, p))  # (b, c, g, Q, r, p)
-    y = (scores @ (x_heads * into).flatten(-2)).unflatten(-1, (r, p)) * out_of
-    steep = -cs[..., -1] > limit  # (b, c, g, r)
-    if steep.any():
-        at = steep.nonzero(as_tuple=True)
-        cs_at = cs[at]  # (M, Q)
-        decay = (cs_at[:, :, None] - cs_at[:, None, :]).masked_fill(~causal, float("-inf")).exp()
-        y_at = (scores[at[:3]] * decay) @ x_heads.transpose(3, 4)[at]  # (M, Q, p)
-        y = y.transpose(3, 4).index_put(at, y_at).transpose(3, 4)
+    y = _within_chunks(C, B, x_heads, cs, matmul_range(cdt))  # (b, c, g, Q, r, p)
 
     # 2. The state each chunk adds on its own, decayed to the chunk's last step.
     to_end = (cs[..., -1:] - cs).exp().transpose(-1, -2)[..., None]  # (b, c, g, Q, r, 1)
     states = B.transpose(-1, -2) @ (x_heads * to_end).flatten(-2)  # (b, c, g, n, r*p)
 
-    # 3. Pass states across chunks, a loop over chunks (not steps): the state entering
-    # chunk k+1 is exp(chunk k's total decay) times the state entering k, plus k's own.
+    # 3. Pass states across chunks.
     S = states.new_zeros(b, g, n, r * p) if initial_states is None else \
         initial_states.to(cdt).view(b, g, r, p, n).permute(0, 1, 4, 2, 3).reshape(b, g, n, r * p)
-    carry = cs[..., -1].exp()[:, :, :, None, :, None]  # (b, c, g, 1, r, 1)
-    entering = []
-    for k in range(c):
-        entering.append(S)
-        S = (S.unflatten(-1, (r, p)) * carry[:, k]).flatten(-2) + states[:, k]
-    prev_states = torch.stack(entering, dim=1)  # (b, c, g, n, r*p)
+    prev_states, S = _across_chunks(states, cs, S, r, p)  # (b, c, g, n, r*p), (b, g, n, r*p)
     final_states = S.unflatten(-1, (r, p)).permute(0, 1, 3, 4, 2)  # (b, g, r, p, n)
 
     # 4. What the incoming state contributes to each step, decayed from the chunk start.

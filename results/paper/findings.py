@@ -1,0 +1,387 @@
+"""Published findings checked against the records: the results page's point-by-point
+comparisons are computed here, so a verdict changes when the records do, never by hand.
+
+``zoology_findings``: one row per finding of Zoology (arXiv 2312.04927: attention solves MQAR
+at every width, fixed-state mixers need more state as L grows, hybrids with attention close
+most of the gap) and Based (arXiv 2402.18668: recall is bounded by the state, a sliding
+window's by its window), and for this project's prediction for the Grassmann mixer: the
+claim, the numbers it rests on, and whether it holds ("yes", "no (where)", "so far yes (k of
+n)" while points are missing, "untested" where the grid cannot show it, "yes at" the widths
+where a claim made per width holds when others keep; a place marked †
+rests on a point, unsolved but above the 1/kv floor, whose best learning rate is an end of
+the grid, which may not bracket its best, and whose better value could turn the verdict
+there, "no" or "yes"). Accuracy is read against MQAR's floor: a model that has learnt the
+format but recalls nothing scores 1/kv (``recall``); a local stack may not even see the
+values, so it can sit below that floor. A local mixer's reach is measured on the
+regenerated test split, not assumed, two ways (``reach_shares``): the share of queries
+whose key and value its layers can bind into one feature at the query (the key-value
+reach, ``zoo.causality.bound_pair_reach``), and the looser share whose value lies within
+its receptive field at all (``zoo.causality.receptive_offsets``). ``gap_placement``: where our Grassmann-vs-attention gap, with
+its interval, falls among the published ones. ``mad_agreement``: per MAD task, whether the
+mixers both MAD and we ran come in the same order. ``mad_reach``: a local mixer's MAD
+scores beside chance and the ceilings its receptive field sets (``tasks.mad.sources``).
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+import zoo
+from tasks.mad.data import generate
+from tasks.mad.sources import answer_offsets, guess_accuracy
+from tasks.mqar.data import key_distances, mqar_examples
+from zoo.causality import bound_pair_reach, receptive_offsets
+
+from ..report import markdown_table
+from ..stats import (at_best_lr, best_over_lr, gap_interval, mad_runs, mad_scores, over_seeds, published_mad_by_mixer,
+                    shared_settings, tried_runs)
+
+SOLVED = 0.99  # Zoology's stopping accuracy: a point at or above it is solved
+# A model that has learnt the format but recalls nothing answers each query with one of the
+# kv values in its context: accuracy 1/kv (0.25 at 4 pairs). Points within NOISE of that floor
+# show no recall; which learning rate won among them is noise.
+NOISE = 0.01
+SAME_WITHIN = 0.1  # "behaves like the window": within this accuracy of it at every point
+RECALL_DROP = 0.05  # "loses recall": recall (above the floor, ``recall``) falls by more than this
+FIXED_STATE = ("mamba2", "rwkv6", "gated_deltanet")
+
+
+def mqar_best(frame: pd.DataFrame) -> pd.DataFrame:
+    """The MQAR runs tried (``tried_runs``), best over learning rates per (mixer, L, width)
+    and seed, then the mean over seeds (``over_seeds``: a point's extra seeds run at its
+    best learning rate only)."""
+    keys = ["label", "seq_len", "d_model"]
+    return over_seeds(best_over_lr(tried_runs(frame[frame["task"] == "mqar"]), keys), keys)
+
+
+def point_text(row) -> str:
+    """A point's accuracy: the one run's, or the mean ± sd (seeds) where it has several."""
+    seeds = getattr(row, "seeds", 1)
+    seeds = 1 if pd.isna(seeds) else int(seeds)
+    return f"{row.accuracy:.3f}" + (f" ± {row.accuracy_sd:.3f} ({seeds})" if seeds > 1 else "")
+
+
+def _model(row: pd.Series, **override):
+    """The model a record trained (at fresh weights), from its config (``model_json``)."""
+    return zoo.build_model(zoo.ModelConfig(**{**json.loads(row["model_json"]), **override}))
+
+
+def recall(accuracy: float, kv: int) -> float:
+    """Accuracy above the format's floor 1/kv, as a share of the way from it to 1 (0: no
+    recall, 1: all; below 0 where a model has not even learnt which tokens are values)."""
+    return (accuracy - 1 / kv) / (1 - 1 / kv)
+
+
+def grid_bound(accuracy: float, lr_edge: str, kv: int) -> bool:
+    """A point that may owe its failure to the lr grid: short of solved, above the floor
+    1/kv (so its learning rates differ in more than noise), and best at an end of them
+    (``best_over_lr``'s ``lr_edge``); marked †."""
+    return bool(lr_edge) and 1 / kv + NOISE < accuracy < SOLVED
+
+
+def reach_shares(best: pd.DataFrame, label: str) -> dict[int, tuple[float, float]]:
+    """Per L: (key-value reach, read reach) of ``label``'s model over the test split's
+    queries, regenerated from the records' configs. The key-value reach is the share of
+    queries whose key (q - k back) and value (q - k - 1 back) the layers can bind into one
+    product at the query (``bound_pair_reach``): what recall needs, up to what a
+    nonlinearity makes of sums. The read reach is the share whose value lies within the
+    receptive field at all (``receptive_offsets``), an upper bound on any reading.
+    Both bound the accuracy up to guessing."""
+    out = {}
+    for L, row in best[best["label"] == label].groupby("seq_len").first().iterrows():
+        kv = int(row["num_kv_pairs"])
+        x, y = mqar_examples(int(row["config.num_test_examples"]), int(L), kv, int(row["vocab_size"]),
+                             seed=int(row["seed"]), split="test", power_a=float(row["config.power_a"]),
+                             random_non_queries=bool(row["config.random_non_queries"]))
+        model, back = _model(row), key_distances(x, y, kv)  # (n, kv) q - k
+        bound = np.isin(back, sorted(bound_pair_reach(model, int(L)))).mean()
+        read = np.isin(back - 1, sorted(receptive_offsets(model, int(L)))).mean()
+        out[int(L)] = (float(bound), float(read))
+    return out
+
+
+def _verdict(checks: list[tuple[bool, bool, str, bool]], expected: int) -> str:
+    """checks: (complete, holds, where, doubtful) per unit, doubtful where a † point (one the
+    lr grid may not bracket) could turn the unit's result; a finished unit that fails
+    decides, and a "yes" names its doubtful units."""
+    mark = (lambda where, doubtful: where + ("†" if doubtful else ""))
+    failed = [mark(where, doubt) for complete, holds, where, doubt in checks if complete and not holds]
+    if failed:
+        return f"no ({'; '.join(failed)})"
+    done = sum(check[0] for check in checks)
+    if done < expected:
+        return f"so far yes ({done} of {expected})" if done else "pending"
+    doubts = [mark(where, True) for _, _, where, doubt in checks if doubt]
+    return "yes" + (f" ({'; '.join(doubts)})" if doubts else "")
+
+
+def _per_width(checks: list[tuple[bool, bool, str, bool]]) -> str:
+    """The fixed-state verdict: the claim is that recall is lost at a width, so a width that
+    keeps it does not refute the claim at another (Zoology: more state, longer reach). "yes"
+    where every tested width loses; "yes at" the losing ones, the others named as kept,
+    where some do; "no" where every width is finished and keeps its recall."""
+    lost = [where + ("†" if doubt else "") for complete, holds, where, doubt in checks if complete and holds]
+    kept = [where + ("†" if doubt else "") for complete, holds, where, doubt in checks if complete and not holds]
+    pending = [where for complete, _, where, _ in checks if not complete]
+    if lost and not kept and not pending:
+        return _verdict(checks, len(checks))
+    if not lost:
+        return f"no ({'; '.join(kept)})" if not pending else "pending" + (f" (kept at {', '.join(kept)})" if kept else "")
+    return (f"yes at {', '.join(lost)}" + (f" (kept at {', '.join(kept)})" if kept else "")
+            + (f"; {', '.join(pending)} pending" if pending else ""))
+
+
+class _Points:
+    """mqar_cpu's best points, keyed (label, L, width), and the questions a finding asks of
+    them: a point's accuracy and cell text, whether it ran at every learning rate
+    (``complete``), and whether a better learning rate could move it (``edged``)."""
+
+    def __init__(self, frame: pd.DataFrame):
+        self.best = best = mqar_best(frame)
+        self.lengths, self.widths = sorted(best["seq_len"].unique()), sorted(best["d_model"].unique())
+        full = best["lrs_tried"].max()
+        self.kv = best.groupby("seq_len")["num_kv_pairs"].first().astype(int).to_dict()
+        self.at = {(r.label, r.seq_len, r.d_model): (r.accuracy, r.lrs_tried == full, point_text(r))
+                   for r in best.itertuples()}
+        self.edged = {(r.label, r.seq_len, r.d_model) for r in best.itertuples()
+                      if grid_bound(r.accuracy, r.lr_edge, self.kv[r.seq_len])}
+        self.wide = self.widths[-1]
+
+    def acc(self, point):
+        return self.at[point][0] if point in self.at else None
+
+    def cell(self, label, L, width) -> str:
+        return self.at[label, L, width][2] if (label, L, width) in self.at else "–"
+
+    def widths_at(self, label, L) -> str:
+        return " / ".join(self.cell(label, L, d) for d in self.widths)
+
+    def complete(self, *points) -> bool:
+        return all(p in self.at and self.at[p][1] for p in points)
+
+    def close_to(self, a, b, where) -> tuple:
+        """A check that two points lie within SAME_WITHIN of each other."""
+        done = self.complete(a, b)
+        gap = self.acc(a) - self.acc(b) if done else 0.0
+        # a better a could close a gap where a is behind, a better b one where b is; either could open one
+        doubt = a in self.edged if gap < -SAME_WITHIN else b in self.edged if gap > SAME_WITHIN \
+            else bool(self.edged & {a, b})
+        return done, abs(gap) <= SAME_WITHIN, where, doubt
+
+
+def _solves_row(pts: _Points, label: str, source: str, claim: str) -> list:
+    checks = []
+    for L in pts.lengths:
+        point = (label, L, pts.wide)
+        holds = point in pts.at and pts.at[point][0] >= SOLVED
+        checks.append((pts.complete(point), holds, f"L {L}", not holds and point in pts.edged))
+    evidence = "; ".join(f"L {L}: {pts.cell(label, L, pts.wide)}" for L in pts.lengths) + f" (d {pts.wide})"
+    return [claim, source, evidence, _verdict(checks, len(pts.lengths))]
+
+
+def _window_row(pts: _Points) -> list:
+    """A consistency check of the ceiling: the window cannot read what lies beyond its
+    receptive field but through a bug or guessing; a better learning rate could only break
+    a "yes"."""
+    shares = reach_shares(pts.best, "sliding_window")
+    window = [("sliding_window", L, d) for L in pts.lengths for d in pts.widths]
+    checks = []
+    for p in window:
+        holds = p in pts.at and pts.at[p][0] <= shares[p[1]][1] + NOISE
+        checks.append((pts.complete(p), holds, f"L {p[1]} d {p[2]}", holds and p in pts.edged))
+    evidence = "; ".join(f"L {L}: {pts.widths_at('sliding_window', L)} ≤ {shares[L][1]:.3f}" for L in pts.lengths
+                         if L in shares)
+    return ["a local window recalls only within its reach (accuracy ≤ the share of queries "
+            "whose value lies in its receptive field)", "Based", evidence, _verdict(checks, len(window))]
+
+
+def _like_window_row(pts: _Points) -> list:
+    pairs = [(L, d) for L in pts.lengths for d in pts.widths]
+    checks = [pts.close_to(("grassmann", L, d), ("sliding_window", L, d), f"L {L} d {d}") for L, d in pairs]
+    reach = reach_shares(pts.best, "grassmann")
+    evidence = "; ".join(f"L {L}: {pts.widths_at('grassmann', L)} vs {pts.widths_at('sliding_window', L)}"
+                         + (f" (its key-value reach {reach[L][0]:.3f})" if L in reach else "") for L in pts.lengths)
+    return [f"the Grassmann mixer behaves like the window (within {SAME_WITHIN} of it at every point)",
+            "our prediction", evidence, _verdict(checks, len(pairs))]
+
+
+def _positions_row(pts: _Points) -> list:
+    control = [L for L in pts.lengths if any(("grassmann+positions", L, d) in pts.at for d in pts.widths)] \
+        or pts.lengths[:1]
+    checks = [pts.close_to(("grassmann+positions", L, d), ("grassmann", L, d), f"L {L} d {d}")
+              for L in control for d in pts.widths]
+    evidence = "; ".join(f"L {L}: {pts.widths_at('grassmann+positions', L)} vs {pts.widths_at('grassmann', L)}"
+                         for L in control)
+    return [f"learned positions (the paper's LM) do not change the Grassmann row (within {SAME_WITHIN})",
+            "our control", evidence, _verdict(checks, len(checks))]
+
+
+def _fixed_state_row(pts: _Points, label: str) -> list:
+    """Per width, recall above the format's floor (``recall``) at the shortest and the
+    longest L. A width solved at both ends, or with no recall at the shortest, cannot show
+    a loss: it is named, not counted. A loss a better lr at the longest L could undo, or a
+    kept recall a better lr at the shortest could turn into a loss, is †."""
+    first, last = pts.lengths[0], pts.lengths[-1]
+    checks, untested = [], []
+    for d in pts.widths:
+        short, long = (label, first, d), (label, last, d)
+        if pts.complete(short) and recall(pts.acc(short), pts.kv[first]) <= NOISE:
+            untested.append(f"d {d} recalls nothing at L {first}")
+        elif not pts.complete(short, long):
+            checks.append((False, False, f"d {d}", False))
+        elif min(pts.acc(short), pts.acc(long)) >= SOLVED:
+            untested.append(f"d {d} solves both")
+        else:
+            lost = recall(pts.acc(long), pts.kv[last]) < recall(pts.acc(short), pts.kv[first]) - RECALL_DROP
+            checks.append((True, lost, f"d {d}", (long if lost else short) in pts.edged))
+    verdict = "; ".join(([_per_width(checks)] if checks else []) + ([f"untested: {', '.join(untested)}"]
+                                                                      if untested else []))
+    evidence = "; ".join(f"d {d}: " + " → ".join(pts.cell(label, L, d) for L in pts.lengths) for d in pts.widths)
+    return [f"{label}, a fixed state, loses recall as L and the pairs grow (recall above the "
+            f"1/kv floor falls by more than {RECALL_DROP} from L {first} to {last} at a width)",
+            "Zoology Fig. 2, Based", evidence, verdict]
+
+
+def zoology_findings(frame: pd.DataFrame) -> str:
+    """The results page's MQAR table of findings (module docstring), from mqar_cpu's records."""
+    pts = _Points(frame)
+    rows = [_solves_row(pts, "attention", "Zoology Fig. 2",
+                        f"attention solves every setting (≥ {SOLVED} at the largest width)"),
+            _window_row(pts), _like_window_row(pts), _positions_row(pts),
+            *(_fixed_state_row(pts, label) for label in FIXED_STATE),
+            _solves_row(pts, "grassmann+attention", "Zoology (hybrids)",
+                        f"one attention layer gives the Grassmann stack recall (≥ {SOLVED} at the largest width)")]
+    header = ["finding", "source", f"linbench, best over lrs (d {' / '.join(map(str, pts.widths))}; one run a point "
+                                   f"unless mean ± sd (seeds) is given)", "holds?"]
+    return markdown_table(header, rows, ["---", "---", "---", "---"])
+
+
+def mqar_reach(frame: pd.DataFrame) -> str:
+    """Per local stack of mqar_cpu (a model whose receptive field misses part of some L):
+    at each L its best accuracy per width beside its two reaches (``reach_shares``): the
+    key-value reach (queries whose key and value its layers can multiply together at the
+    query) and the read reach (queries whose value it reads at all). A stack that recalls
+    what its pairs can bind sits near the first; one that binds what it sums, nearer the
+    second."""
+    best = mqar_best(frame)
+    lengths, widths = sorted(best["seq_len"].unique()), sorted(best["d_model"].unique())
+    lines = []
+    for label in sorted(best["label"].unique()):
+        shares = reach_shares(best, label)
+        if all(read >= 1 for _, read in shares.values()):
+            continue
+        mine = best[best["label"] == label].set_index(["seq_len", "d_model"])
+        cells = []
+        for L in lengths:
+            if L not in shares:
+                cells.append("–")
+                continue
+            accs = " / ".join(point_text(mine.loc[(L, d)]) if (L, d) in mine.index else "–" for d in widths)
+            cells.append(f"{accs} ({shares[L][0]:.3f} / {shares[L][1]:.3f})")
+        lines.append([label, *cells])
+    header = [f"local stack: accuracy d {' / '.join(map(str, widths))} (key-value reach / read reach)",
+              *(f"L = {int(L)}" for L in lengths)]
+    return markdown_table(header, lines, ["---"] + ["---:"] * len(lengths))
+
+
+def gap_placement(frame: pd.DataFrame, published: pd.DataFrame, setting: str = "6L/128") -> str:
+    """Our Grassmann-vs-attention validation gap at each model's best learning rate, its
+    interval and seeds, beside the range of the published gaps at ``setting``: context,
+    since no published recipe matches ours in tokenizer, epochs and block."""
+    ok = at_best_lr(frame[(frame["task"] == "wikitext2") & (frame["run_status"] == "ok")])
+    ours = {m: ok.loc[ok["label"] == m, "best_val_ppl"].tolist() for m in ("grassmann", "attention")}
+    if not all(ours.values()):
+        return "No Grassmann-vs-attention gap yet: a side has no finished run."
+    gap, low, high = gap_interval(ours["grassmann"], ours["attention"])
+    rows = published[(published["task"] == "wikitext2") & (published["split"] == "validation")
+                     & (published["setting"] == setting)]
+    theirs = []
+    for source, grp in rows.groupby("source", sort=False):
+        by = grp.groupby("mixer")["value"].first()
+        if {"attention", "grassmann"} <= set(by.index):
+            theirs.append(float(by["grassmann"]) / float(by["attention"]) - 1)
+    pct = (lambda x: f"{100 * x:+.1f} %".replace("-", "−"))
+    seeds = f"seeds: {len(ours['grassmann'])} Grassmann, {len(ours['attention'])} attention"
+    said = f"{pct(gap)} ({seeds}; no interval yet)" if low is None else \
+        f"{pct(gap)} [95 % CI {pct(low)}, {pct(high)}] ({seeds})"
+    return (f"Ours at {setting}, each model at its best learning rate: {said}. The {len(theirs)} published "
+            f"gaps at {setting} run from {pct(min(theirs))} to {pct(max(theirs))}; they were measured with "
+            f"other tokenizers, epochs and recipes, so they are context for ours, not a test of it.")
+
+
+def mad_agreement(frame: pd.DataFrame, published: pd.DataFrame) -> str:
+    """Per MAD task (and the MAD score): the mixers both MAD's published table and our
+    records have, in MAD's order and in ours, and how many of their pairs keep MAD's
+    order. A pair within NOISE on either side is a tie, counted apart: three mixers that
+    all solve a task at our budget say nothing about MAD's order among them. The MAD
+    score row counts only the mixers we have run on every task the published score
+    averages."""
+    ok = mad_runs(frame)
+    ours = mad_scores(ok)
+    theirs = published_mad_by_mixer(published)
+    common = [m for m in theirs.index if m in ours.index]
+    rows = []
+    for task in [t for t in theirs.columns if t in ours.columns]:
+        have = [m for m in common if pd.notna(ours.at[m, task]) and pd.notna(theirs.at[m, task])
+                and (task != "MAD score" or all(t in ours.columns and pd.notna(ours.at[m, t])
+                                                for t in theirs.columns if t != "MAD score"))]
+        if len(have) < 2:
+            continue
+        order = (lambda table: " > ".join(f"{m} {table.at[m, task]:.3f}"
+                                           for m in sorted(have, key=lambda m: -table.at[m, task])))
+        pairs = [(a, b) for i, a in enumerate(have) for b in have[i + 1:]]
+        gaps = [(theirs.at[a, task] - theirs.at[b, task], ours.at[a, task] - ours.at[b, task]) for a, b in pairs]
+        untied = [(t, o) for t, o in gaps if min(abs(t), abs(o)) >= NOISE]
+        kept = sum(t * o > 0 for t, o in untied)
+        tied = len(gaps) - len(untied)
+        said = (f"{kept} of {len(untied)}" if untied else "–") + (f" ({tied} tied)" if tied else "")
+        rows.append([task, order(theirs), order(ours), said])
+    header = ["task", "MAD (published)", f"linbench (mad_cpu; {_runs_per_setting(ok)})", "pairs in MAD's order"]
+    return markdown_table(header, rows, ["---", "---", "---", "---:"])
+
+
+def _runs_per_setting(rows: pd.DataFrame) -> str:
+    """How many seeds a MAD score rests on, per (mixer, task, setting): a verdict says so."""
+    seeds = rows.groupby(["label", "mad_task", "setting"])["seed"].nunique() if not rows.empty else pd.Series([1])
+    low, high = int(seeds.min()), int(seeds.max())
+    return "one run a setting" if high == 1 else f"{low}–{high} seeds a setting" if low < high else f"{low} seeds a setting"
+
+
+def mad_reach(frame: pd.DataFrame) -> str:
+    """Per mixer whose receptive field misses part of some setting's sequence (a local
+    one), per task: its score (best over the sweep, mean over the task's settings, as
+    ``mad_scores``), chance (a uniform guess, ``guess_accuracy``) and its ceiling: the
+    share of test targets with an answer inside the field plus chance's share of the
+    rest, meaned over the same settings ("–" for fuzzy recall, which has no single
+    answer position). The ceiling is a pooled share and the score MAD's macro accuracy,
+    so a model answering exactly what it can reach may sit a little off it."""
+    ok = mad_runs(frame)
+    best = best_over_lr(shared_settings(ok), ["label", "mad_task", "setting"])
+    answers = {}  # (task, setting, seed) -> answer offsets of the test split
+    lines, tasks = [], sorted(best["mad_task"].unique())
+    for label, mine in best.groupby("label"):
+        cells, local = {}, False
+        for task, grp in mine.groupby("mad_task"):
+            scores, guesses, ceilings = [], [], []
+            for _, row in grp.iterrows():
+                setting = json.loads(row["setting"])
+                L = setting["seq_len"]
+                reach = sorted(receptive_offsets(_model(row, vocab_size=int(row["vocab_size"]), max_len=L), L))
+                local |= len(reach) < L
+                key = (task, row["setting"], int(row["seed"]))
+                if key not in answers:
+                    answers[key] = answer_offsets(task, *generate(task, setting, "test", key[2]), setting["vocab_size"])
+                g = guess_accuracy(task, setting)
+                scores.append(row["accuracy"])
+                guesses.append(g)
+                if answers[key] is not None:
+                    seen = answers[key][:, reach].any(1).mean()
+                    ceilings.append(seen + (1 - seen) * g)
+            chance = "–" if None in guesses else f"{np.mean(guesses):.3f}"
+            ceiling = "–" if len(ceilings) < len(scores) else f"{np.mean(ceilings):.3f}"
+            cells[task] = f"{np.mean(scores):.3f} / {chance} / {ceiling}"
+        if local:
+            lines.append([label, *(cells.get(t, "–") for t in tasks)])
+    return markdown_table(["mixer (score / chance / ceiling)", *tasks], lines, ["---"] + ["---:"] * len(tasks))

@@ -1,0 +1,203 @@
+"""The headline tables, made from a sweep's records and ``tasks/published.csv``.
+
+docs/results.md quotes every one verbatim and the README a few; tests/test_reference.py
+rebuilds them from the committed records and fails if a copy differs, so no number in them
+is typed by hand. ``linbench headline --write docs/results.md`` (and ``--write README.md``)
+rewrites the marked copies.
+"""
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pandas as pd
+
+from ..records import load_records, records_frame
+from ..report import mad_changes, markdown_table
+from ..stats import at_best_lr, gap_interval, lr_means, mad_params, mad_runs, mad_scores, published_mad_scores, read_published
+from .findings import (gap_placement, grid_bound, mad_agreement, mad_reach, mqar_best, mqar_reach, point_text,
+                       zoology_findings)
+
+REFERENCE = Path(__file__).resolve().parents[1] / "reference"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:+.1f} %".replace("-", "−")
+
+
+def _millions(column) -> str:
+    """A per-model constant in millions; records older than the field give "–"."""
+    value = column.iloc[0] if column is not None else None
+    return "–" if value is None or pd.isna(value) else f"{value / 1e6:.1f}M"
+
+
+def _thousands(value) -> str:
+    return "–" if pd.isna(value) else f"{value / 1e3:.0f}k"
+
+
+def mqar_table(frame: pd.DataFrame) -> str:
+    """Best accuracy over learning rates at each (mixer, L, width) (mean ± sd (seeds) where
+    the point has more than one: ``findings.point_text``), one row per mixer
+    (best first at the longest L), one column per L holding the widths' values (marked *
+    while some of the point's learning rates have not finished, † where a point, unsolved
+    but above the 1/kv floor (``findings.grid_bound``), has its best at the largest or
+    smallest learning rate tried), and the model's
+    inference state at the longest L (at the row's own longest, named, if it stops short)."""
+    best = mqar_best(frame)
+    lengths, widths = sorted(best["seq_len"].unique()), sorted(best["d_model"].unique())
+    lrs = best["lrs_tried"].max()  # a point with fewer finished so far is marked *
+    kv = best.groupby("seq_len")["num_kv_pairs"].first().astype(int)
+    longest = best[best["seq_len"] == lengths[-1]]
+    order = longest.groupby("label")["accuracy"].mean().sort_values(ascending=False).index.tolist()
+    order += sorted(set(best["label"]) - set(order))
+    lines = []
+    for label in order:
+        mine = best[best["label"] == label]
+        cells = []
+        for L in lengths:
+            at = mine[mine["seq_len"] == L].set_index("d_model")
+            cells.append(" / ".join(point_text(at.loc[d]) + ("*" if at.at[d, "lrs_tried"] < lrs else "")
+                                    + ("†" if grid_bound(at.at[d, "accuracy"], at.at[d, "lr_edge"], kv[L]) else "")
+                                    if d in at.index else "–" for d in widths))
+        # a row run only at shorter lengths (a control) gives its state at its longest, named
+        longest = mine["seq_len"].max()
+        state = mine[mine["seq_len"] == longest].set_index("d_model")["state_size"]
+        cells.append(" / ".join(f"{int(state[d]):,}" if d in state else "–" for d in widths)
+                     + ("" if longest == lengths[-1] else f" (L = {int(longest)})"))
+        lines.append([label, *cells])
+    header = ["mixer", *(f"L = {int(L)}, {kv[L]} pairs" for L in lengths), f"state floats at L = {lengths[-1]}"]
+    return markdown_table(header, lines, ["---"] + ["---:"] * (len(header) - 1))
+
+
+def lm_table(frame: pd.DataFrame) -> str:
+    """Per model at its best learning rate (``at_best_lr``): size, training FLOPs per
+    token, epochs, the rate (and how many were tried), seeds, perplexities (mean ± sd over
+    seeds) and the validation gap to attention with its 95% interval (``gap_interval``)."""
+    ok = at_best_lr(frame[(frame["task"] == "wikitext2") & (frame["run_status"] == "ok")])
+    base = ok.loc[ok["label"] == "attention", "best_val_ppl"].tolist()
+    lines = []
+    for label, grp in sorted(ok.groupby("label"), key=lambda kv: kv[1]["best_val_ppl"].mean()):
+        val, test = grp["best_val_ppl"].tolist(), grp["test_ppl"].tolist()
+        if label == "attention" or not base:
+            gap = "0" if label == "attention" else "–"
+        else:
+            point, low, high = gap_interval(val, base)
+            gap = _pct(point) + (f" [{_pct(low)}, {_pct(high)}]" if low is not None else "")
+        sd = (lambda v: f" ± {statistics.stdev(v):.1f}" if len(v) > 1 else "")
+        tried = int(grp["lrs_tried"].iloc[0])
+        lines.append([label, f"{grp['params_no_embeddings'].iloc[0] / 1e6:.2f}M",
+                      _millions(grp.get("train_flops_per_token")), f"{grp['epochs_seen'].min():.2f}",
+                      f"{grp['lr'].iloc[0]:g}" + (f" (best of {tried})" if tried > 1 else ""),
+                      str(len(grp)), f"{statistics.mean(val):.1f}{sd(val)}", f"{statistics.mean(test):.1f}{sd(test)}",
+                      gap])
+    header = ["model", "params w/o embeddings", "training FLOPs / token", "epochs", "lr", "seeds",
+              "best val ppl", "test ppl", "val ppl vs attention [95 % CI]"]
+    return markdown_table(header, lines, ["---"] + ["---:"] * (len(header) - 1))
+
+
+def lr_bracket(frame: pd.DataFrame) -> str:
+    """Per model tried at more than one learning rate: the best validation perplexity at
+    each rate, on the seeds every rate has run (the bracket's), the best in bold: the
+    rate ``lm_table`` reads the model at."""
+    ok = frame[(frame["task"] == "wikitext2") & (frame["run_status"] == "ok")]
+    ok = ok.assign(lr=ok["config.train.lr"])
+    lrs = sorted(ok["lr"].unique())
+    lines = []
+    for label, grp in ok.groupby("label"):
+        if grp["lr"].nunique() < 2:
+            continue
+        means, shared = lr_means(grp, "best_val_ppl")
+        cells = [("–" if lr not in means else f"**{means[lr]:.1f}**" if lr == means.idxmin() else f"{means[lr]:.1f}")
+                 for lr in lrs]
+        lines.append([label, ", ".join(map(str, shared)), *cells])
+    header = ["model", "seeds", *(f"lr {lr:g}" for lr in lrs)]
+    return markdown_table(header, lines, ["---", "---"] + ["---:"] * len(lrs))
+
+
+def published_gaps(published: pd.DataFrame, settings=("6L/128", "6L/256"), split: str = "validation") -> str:
+    """Each source's Grassmann-vs-attention gap in each of ``settings`` (layers/context),
+    from the first value it gives of each."""
+    rows = published[(published["task"] == "wikitext2") & (published["split"] == split)]
+    lines = []
+    for setting in settings:
+        for source, grp in rows[rows["setting"] == setting].groupby("source", sort=False):
+            by = grp.groupby("mixer")["value"].first()
+            if {"attention", "grassmann"} <= set(by.index):
+                a, g = float(by["attention"]), float(by["grassmann"])
+                lines.append([source, setting, f"{a:g}", f"{g:g}", _pct(g / a - 1)])
+    header = ["source", "layers/L", f"attention {split} ppl", f"Grassmann {split} ppl", "gap"]
+    return markdown_table(header, lines, ["---", "---", "---:", "---:", "---:"])
+
+
+def status_line(records: list[dict], planned: int) -> str:
+    """How far a sweep has got, and the training time its finished runs took."""
+    done = [r for r in records if r["status"] == "ok"]
+    hours = sum(r["metrics"].get("wall_time") or 0 for r in done) / 3600
+    return (f"{len(done)} of its {planned} runs finished ({hours:.1f} h of training, one thread per run"
+            f"{'' if len(done) == len(records) else f'; {len(records) - len(done)} did not finish ok'})")
+
+
+def mad_table(frame: pd.DataFrame, published: pd.DataFrame | None = None) -> str:
+    """Our MAD scores (``stats.mad_scores``: best over the sweep per setting, mean over a
+    task's settings, the MAD score the mean over tasks) beside MAD's published ones, one row
+    per model, a column per task; ours first, best score first. A score of ours marked *
+    averages fewer tasks than the published scores do (a sweep still running)."""
+    if published is None:
+        published = read_published()
+    ok = mad_runs(frame)
+    ours = mad_scores(ok)
+    theirs = published_mad_scores(published).rename(columns={"average": "MAD score"})
+    tasks = sorted({*ours.columns, *theirs.columns} - {"MAD score", "settings"})
+    cell = (lambda row, t: f"{row[t]:.3f}" if t in row and pd.notna(row[t]) else "–")
+    partial = (lambda row: "*" if any(t not in row or pd.isna(row[t]) for t in theirs.columns if t != "MAD score")
+               else "")
+    params = mad_params(ok)
+    lines = [[f"{label} (ours)", _thousands(params[label]), str(int(row["settings"])),
+              cell(row, "MAD score") + partial(row), *(cell(row, t) for t in tasks)] for label, row in ours.iterrows()]
+    lines += [[f"{model} (MAD)", "–", "all", cell(row, "MAD score"), *(cell(row, t) for t in tasks)]
+              for model, row in theirs.iterrows()]
+    header = ["model", "params w/o embeddings", "settings", "MAD score", *tasks]
+    return markdown_table(header, lines, ["---", "---:", "---:", "---:"] + ["---:"] * len(tasks))
+
+
+# table name: (the reference sweep whose records make it, how)
+TABLES = {"wikitext2_cpu": ("wikitext2_cpu", lm_table),
+          "mqar_cpu": ("mqar_cpu", mqar_table),
+          "mqar_cpu_findings": ("mqar_cpu", zoology_findings),
+          "mqar_cpu_reach": ("mqar_cpu", mqar_reach),
+          "wikitext2_6L_cpu": ("wikitext2_6L_cpu", lm_table),
+          "wikitext2_6L_cpu_bracket": ("wikitext2_6L_cpu", lr_bracket),
+          "wikitext2_6L_cpu_gap": ("wikitext2_6L_cpu", lambda frame: gap_placement(frame, read_published())),
+          "mad_cpu": ("mad_cpu", mad_table),
+          "mad_cpu_agreement": ("mad_cpu", lambda frame: mad_agreement(frame, read_published())),
+          "mad_cpu_reach": ("mad_cpu", mad_reach),
+          "mad_cpu_changes": ("mad_cpu", mad_changes)}
+
+
+def reference_sweeps() -> list[str]:
+    """The sweeps whose records the headline tables read, in table order."""
+    return list(dict.fromkeys(sweep for sweep, _ in TABLES.values()))
+
+
+def tables(planned: dict[str, int]) -> dict[str, str]:
+    """Every headline table, by name, and each reference sweep's status line against the
+    ``planned`` number of runs of each sweep; a sweep with no finished run yet (one being
+    rerun) says so in place of its tables."""
+    out = {}
+    for name, (sweep, make) in TABLES.items():
+        records = load_records(REFERENCE / sweep)
+        out[name] = make(records_frame(records)) if records else "*No finished run yet.*"
+        out[f"{sweep}_status"] = status_line(records, planned[sweep])
+    out["published_gaps"] = published_gaps(read_published())
+    return out
+
+
+def update(text: str, made: dict[str, str]) -> str:
+    """``text`` with the body between ``<!-- headline:NAME -->`` and ``<!-- /headline -->``
+    replaced by table NAME: the pages' copies are rewritten, never edited by hand."""
+    for name, table in made.items():
+        start, end = f"<!-- headline:{name} -->", "<!-- /headline -->"
+        if start in text:
+            head, rest = text.split(start, 1)
+            text = f"{head}{start}\n{table}\n{end}{rest.split(end, 1)[1]}"
+    return text

@@ -1,0 +1,170 @@
+"""One run as a job: ``execute`` trains it under its workdir's lock and writes its record
+(whatever the outcome: a failure is a record too), and ``RunJob`` is what a submitit job
+calls, locally or on Slurm. ``launch`` decides which runs to send where; this module is
+what every executor sends.
+
+Preemption and time-outs: Slurm is asked to send SIGUSR1 before the time limit, and
+submitit inside the job is told that USR1 is its preemption signal. The training loop
+catches USR1 (and SIGTERM, which ``scontrol requeue`` and preemption send), writes
+``workdir/checkpoint.pt`` at the next step boundary and hands the signal on to
+submitit, which calls ``RunJob.checkpoint`` and requeues the job. The requeued job runs
+the task again, and the task resumes from that checkpoint.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import socket
+import time
+import traceback
+from pathlib import Path
+
+import submitit
+import torch
+
+import tasks
+from results.layout import record_path, workdir_for
+from results.records import STATUSES, read_record, write_record
+from tasks.engine.runs import now, provenance
+
+from .ledger import cancel_requested, record_submissions
+from .spec import RunConfig, mixer_revisions
+
+PREEMPT_SIGNAL = "USR1"  # one the training loop checkpoints on (it does not listen to USR2)
+
+
+@contextlib.contextmanager
+def _exclusive(workdir: Path):
+    """Yield True when this process holds the run's lock: a run submitted twice (two
+    `linbench run` at once) must not train twice into one checkpoint. A few tries: a
+    `linbench status` probing the lock holds it for an instant."""
+    with open(workdir / ".lock", "w") as fd:
+        for attempt in range(20):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                time.sleep(0.1)
+        else:
+            yield False
+            return
+        yield True
+
+
+def _bump_attempts(workdir: Path) -> int:
+    path = workdir / "attempts"
+    n = int(path.read_text()) + 1 if path.exists() else 1
+    path.write_text(str(n))
+    return n
+
+
+def _classify(exc: BaseException) -> str:
+    if isinstance(exc, submitit.core.utils.UncompletedJobError):
+        return "timeout"  # submitit gave up requeueing
+    if isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)):  # the former is torch.OutOfMemoryError
+        return "oom"
+    return "failed"
+
+
+def execute(run: RunConfig, sweep: str, results_dir: str | Path, run_fn=None, executor: str = "debug",
+            threads: int | None = None, progress: bool = False, submitted: float | None = None) -> str:
+    """Run one config and write its record; returns the status. ``run_fn`` defaults to
+    the task's registered ``run`` (jobs carry it, so a task registered at run time,
+    e.g. by a test, also runs in a fresh process). Returns without a record when the
+    run was interrupted (it is being requeued), cancelled (``linbench cancel`` after
+    ``submitted``) or runs elsewhere ("busy")."""
+    path = record_path(results_dir, sweep, run.run_id)
+    old = read_record(path)
+    if old is not None and old.get("status") == "ok":
+        return "ok"  # a duplicate submission finds it done
+    run_fn = run_fn or tasks.TASKS[run.task][1]
+    workdir = workdir_for(results_dir, sweep, run.run_id)
+    workdir.mkdir(parents=True, exist_ok=True)
+    with _exclusive(workdir) as mine:
+        if not mine:
+            return "busy"
+        attempts = _bump_attempts(workdir)
+        if threads:
+            torch.set_num_threads(threads)
+        started, t0 = now(), time.perf_counter()
+        metrics, error = {}, None
+        try:
+            metrics = dict(run_fn(run.config, workdir=workdir, progress=progress))
+            status = metrics.get("status", "ok")
+        except Exception as exc:  # SystemExit (submitit's requeue) and Ctrl-C pass through
+            status, error = _classify(exc), traceback.format_exc()
+            if submitted is not None and cancel_requested(results_dir, sweep, submitted):
+                status = "cancelled"  # submitit declined the requeue because of it
+        if status in ("interrupted", "cancelled"):
+            return status  # the checkpoint is written; the requeued job (or a rerun) resumes
+        if status not in STATUSES:
+            status, error = "failed", f"task returned status {status!r}; expected one of {list(STATUSES)}"
+        record = {
+            "run_id": run.run_id, "sweep": sweep, "task": run.task, "label": run.label,
+            "config": run.to_dict()["config"], "mixer_revisions": mixer_revisions(run.config),
+            "status": status, "error": error, "metrics": metrics,
+            "resumed": metrics.get("resumed_from") is not None, "attempts": attempts,
+            "provenance": {**provenance(), "executor": executor, "threads": torch.get_num_threads(),
+                           "started": started, "finished": now(),
+                           "seconds_this_attempt": round(time.perf_counter() - t0, 3),
+                           **{k: metrics[k] for k in ("device", "device_name", "dtype", "backends", "wall_time")
+                              if k in metrics}},
+        }
+        write_record(path, record)
+        if status in ("ok", "diverged"):  # finished for good: the checkpoint is dead weight
+            (workdir / "checkpoint.pt").unlink(missing_ok=True)
+        return status
+
+
+JOB_LOG_HINTS = {
+    "failed": "; `linbench logs {sweep} {run_id}` prints its error",
+    "oom": "; `linbench logs {sweep} {run_id}` prints its error",
+    "timeout": "; `linbench logs {sweep} {run_id}` prints its error",
+    "cancelled": "; its checkpoint is kept and `linbench run {sweep}` resumes it",
+    "busy": "; another job is training this run",
+}
+
+
+class RunJob(submitit.helpers.Checkpointable):
+    """What a submitit job runs. ``checkpoint`` (inherited) resubmits the job as is: all
+    its progress lives in the run's workdir, where the task resumes from."""
+
+    def __init__(self, run: RunConfig, sweep: str, results_dir: str | Path, executor: str,
+                 threads: int | None = None):
+        self.run, self.sweep, self.results_dir = run, sweep, str(Path(results_dir).resolve())
+        self.executor, self.threads = executor, threads
+        self.run_fn = tasks.TASKS[run.task][1]
+        self.submitted = time.time()  # a `linbench cancel` after this stops the job
+
+    def __call__(self) -> str:
+        # where the run trains, for `linbench cancel` (a local job's pid is submitit's shell)
+        record_submissions(self.results_dir, self.sweep, {self.run.run_id: {
+            "pid": os.getpid(), "host": socket.gethostname()}})
+        threads = self.threads or int(os.environ.get("SLURM_CPUS_PER_TASK", 0)) or None
+        status = execute(self.run, self.sweep, self.results_dir, self.run_fn, self.executor, threads,
+                         submitted=self.submitted)
+        # The job log's last word (submitit then says "completed successfully" whatever
+        # the run's status, since the job itself did not crash).
+        print(f"[linbench] run {self.run.run_id} ({self.run.name}): {status}"
+              + JOB_LOG_HINTS.get(status, "").format(sweep=self.sweep, run_id=self.run.run_id),
+              flush=True)
+        return status
+
+    def checkpoint(self, *args, **kwargs):
+        """submitit's requeue hook: requeue, unless the sweep was cancelled since."""
+        if cancel_requested(self.results_dir, self.sweep, self.submitted):
+            return None  # submitit then ends the job instead of requeueing it
+        return super().checkpoint(*args, **kwargs)
+
+
+def log_status(run: RunConfig, status: str, log) -> str:
+    """Log one line for a run that ended; return its status."""
+    log(f"  {run.run_id}  {status:<11} {run.name}")
+    return status
+
+
+def ledger_entry(executor: str, job) -> dict:
+    """What the ledger keeps of a submitted job: where it went, when, and its log."""
+    return {"executor": executor, "job_id": str(job.job_id), "submitted": time.time(),
+            "log": str(job.paths.stdout)}

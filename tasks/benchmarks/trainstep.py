@@ -1,0 +1,265 @@
+"""The CPU training-step benchmark: every mixer's full training step beside attention's.
+
+At each point (L, d_model, batch) every mixer runs the same step of a small LM (n_layers
+blocks without MLP, no positions, so the mixers are nearly all the work): forward,
+cross-entropy over the B*L tokens against random targets, backward, AdamW step,
+zero_grad. Each (point, mixer) is timed in a fresh child process (tasks.benchmarks.timing), one
+thread by default, and its median is divided by attention's at the same point. The
+points are the outer loop, so the two medians of a ratio are minutes apart, not hours;
+``rounds`` repeats the whole grid and reports the median of the per-round medians,
+which damps the machine's drift further. A failure (oom, timeout, error) is a row.
+
+    python -m tasks.benchmarks.trainstep --out results/reference/trainstep_cpu.csv
+    python -m tasks.benchmarks.trainstep --table-from results/reference/trainstep_cpu.csv  # docs/performance.md's table
+    python -m tasks.benchmarks.trainstep --mixers mamba --points 256x128x64 --profile 15  # where time goes
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import zoo
+from zoo.config import StrictConfig, check_bounds
+from zoo.mixers import check_mixer
+
+from ..engine.cli import parse_mixers, write_csv
+from ..engine.runs import environment
+from .scaling import _backend
+from .timing import measure, run_point
+
+# (seq_len, d_model, batch); the last two keep the 16,384 tokens per batch of L 256 x 64
+POINTS = ((64, 64, 64), (64, 128, 64), (256, 64, 64), (256, 128, 64), (1024, 128, 16), (4096, 128, 4))
+REFERENCE = "attention"  # every ratio is against it
+
+
+@dataclass
+class TrainStepConfig(StrictConfig):
+    seed: int = 0
+    mixers: tuple = ()  # (name, options) pairs; (): every registered mixer. Attention is always added.
+    points: tuple = POINTS  # (seq_len, d_model, batch) triples
+    vocab_size: int = 512
+    n_layers: int = 2
+    threads: int = 1
+    warmup: int = 2
+    repeats: int = 5
+    rounds: int = 1  # the whole grid this many times; the median of the rounds' medians
+    time_limit_s: float = 600.0  # per (point, mixer, round), start-up excluded
+    isolate: bool = True  # each measurement in a fresh child process
+    profile: int = 0  # > 0: print the top ops of one profiled step per (point, mixer)
+
+    def __post_init__(self):
+        own = "TrainStepConfig"
+        check_bounds(self, "vocab_size", "n_layers", "threads", "repeats", "rounds", gt=0)
+        check_bounds(self, "seed", "warmup", "time_limit_s", "profile", ge=0)  # a 0 s limit: every point times out
+        # JSON gives lists: normalise, so points are hashable keys and options are dicts
+        self.points = tuple(tuple(p) if isinstance(p, (list, tuple)) else p for p in self.points)
+        if not self.points:
+            raise ValueError(f"{own}: points is empty")
+        for p in self.points:
+            if not (isinstance(p, tuple) and len(p) == 3
+                    and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in p)):
+                raise ValueError(f"{own}: points: {p!r} must be (seq_len, d_model, batch), three positive ints")
+        for m in self.mixers:
+            if not (isinstance(m, (list, tuple)) and len(m) == 2 and isinstance(m[1], dict)):
+                raise ValueError(f"{own}: mixers: {m!r} must be a (name, options) pair")
+            check_mixer(own, "mixers", m[0])
+        self.mixers = tuple((name, dict(opts)) for name, opts in self.mixers)
+        labels = [label(*e) for e in self.entries()]
+        if len(set(labels)) < len(labels):
+            raise ValueError(f"{own}: mixers: duplicate labels in {labels}")
+        for name, opts in self.entries():  # refuse bad options now, not in a child process later
+            for d in sorted({p[1] for p in self.points}):
+                try:
+                    with torch.device("meta"):
+                        zoo.build_mixer(name, d, **opts)
+                except Exception as exc:
+                    raise ValueError(f"{own}: mixers: {label(name, opts)} at d_model={d}: {exc}") from exc
+
+    def entries(self) -> list[tuple[str, dict]]:
+        """The mixers in the order measured: the first attention entry (added if
+        missing) first, since every ratio needs it, then the rest as given."""
+        mixers = list(self.mixers) or [(n, {}) for n in sorted(zoo.MIXERS)]
+        ref = next((e for e in mixers if e[0] == REFERENCE), (REFERENCE, {}))
+        return [ref, *(e for e in mixers if e is not ref)]
+
+    def model(self, name: str, options: dict, seq_len: int, d_model: int) -> zoo.ModelConfig:
+        return zoo.ModelConfig(vocab_size=self.vocab_size, d_model=d_model, n_layers=self.n_layers,
+                               mixer=name, mixer_options=options, d_ff=0, positions="none", max_len=seq_len)
+
+
+def label(name: str, options: dict) -> str:
+    return ":".join([name, *(f"{k}={v}" for k, v in options.items())])
+
+
+def measure_step(model: dict, batch: int, seed: int, warmup: int, repeats: int, meter, deadline,
+                 profile: int = 0):
+    """Time one training step of ``model`` (a ModelConfig dict), run by tasks.benchmarks.timing,
+    usually in a child process. Yields one row, then with ``profile`` > 0 the table of
+    the top ``profile`` ops (self CPU time) of one more step."""
+    cfg = zoo.ModelConfig.from_dict(model)
+    torch.manual_seed(seed)
+    lm = zoo.build_model(cfg)
+    opt = torch.optim.AdamW(lm.parameters())
+    # max_len is the point's L (no position table: it only names the length here)
+    x, targets = torch.randint(cfg.vocab_size, (2, batch, cfg.max_len)).unbind(0)  # (B, L) each
+
+    def step():
+        logits = lm(x)  # (B, L, V)
+        F.cross_entropy(logits.flatten(0, 1), targets.flatten()).backward()  # over B*L tokens
+        opt.step()
+        opt.zero_grad(set_to_none=True)  # as training does: no zero-fill of the grads
+
+    yield {**measure(step, warmup, repeats, "cpu", deadline), "backend": _backend(lm)}
+    if profile:  # where the time goes: after the timed steps, so the profiler skews none
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            step()
+        yield {"profile": prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=profile,
+                                                    max_name_column_width=48)}
+
+
+def _summary(runs: list[dict]) -> dict:
+    """One (point, mixer) over its rounds: the median of each statistic, or the first failure."""
+    failed = next((r for r in runs if r["status"] != "ok"), None)
+    if failed:
+        return {"backend": "", "median_ms": None, "p20_ms": None, "p80_ms": None, **failed}
+    stats = {k: float(np.median([r[k] for r in runs])) for k in ("median_ms", "p20_ms", "p80_ms")}
+    return {"backend": runs[-1]["backend"], **stats, "status": "ok", "error": ""}
+
+
+def run(cfg: TrainStepConfig, progress: bool = True) -> list[dict]:
+    """One row per (point, mixer), points outer, attention first at each point."""
+    device = torch.device("cpu")
+    entries = cfg.entries()
+    runs: dict[tuple, list[dict]] = {(p, label(*e)): [] for p in cfg.points for e in entries}
+    parent_threads = torch.get_num_threads()
+    torch.set_num_threads(cfg.threads)  # run_point gives each child the parent's thread count
+    try:
+        for rnd in range(cfg.rounds):
+            for point in cfg.points:
+                L, d, B = point
+                ref = None  # attention's median this round: entries[0]
+                for i, (name, options) in enumerate(entries):
+                    done = runs[point, label(name, options)]
+                    if done and done[-1]["status"] != "ok":
+                        continue  # not retried: a timeout would cost its whole limit again
+                    kwargs = {"model": cfg.model(name, options, L, d).to_dict(), "batch": B, "seed": cfg.seed,
+                              "warmup": cfg.warmup, "repeats": cfg.repeats, "profile": cfg.profile}
+                    rows, status, error = run_point(measure_step, kwargs, device=device, isolate=cfg.isolate,
+                                                    time_limit_s=cfg.time_limit_s)
+                    done.append({**rows[0], "status": "ok", "error": ""} if status == "ok"
+                                else {"status": status, "error": error})
+                    for row in rows[1:]:  # the profile, when asked for
+                        print(f"--- L={L} d={d} B={B} {label(name, options)}\n{row['profile']}", flush=True)
+                    ms = done[-1].get("median_ms")
+                    ref = ms if i == 0 else ref
+                    if progress:
+                        cell = _cell(ms, ms / ref if ms and ref else None, status)
+                        print(f"[round {rnd + 1}/{cfg.rounds}] L={L} d={d} B={B}  {label(name, options):<24} "
+                              f"{cell}  {error.splitlines()[0] if error else ''}".rstrip(), flush=True)
+    finally:
+        torch.set_num_threads(parent_threads)
+    env = {**environment(device, amp=False), "threads": cfg.threads}
+    out = []
+    for point in cfg.points:
+        L, d, B = point
+        ref = _summary(runs[point, label(*entries[0])])["median_ms"]
+        for name, options in entries:
+            s = _summary(runs[point, label(name, options)])
+            with torch.device("meta"):  # also known for a mixer that failed
+                params = zoo.count_params(zoo.build_model(cfg.model(name, options, L, d)))
+            out.append({
+                "seq_len": L, "d_model": d, "batch": B, "tokens": B * L, "label": label(name, options),
+                "mixer": name, "mixer_options": json.dumps(options, sort_keys=True), "backend": s["backend"],
+                "params": params, "median_ms": s["median_ms"], "p20_ms": s["p20_ms"], "p80_ms": s["p80_ms"],
+                "ratio": s["median_ms"] / ref if s["median_ms"] is not None and ref is not None else None,
+                "status": s["status"], "error": s["error"], "seed": cfg.seed, "warmup": cfg.warmup,
+                "repeats": cfg.repeats, "rounds": cfg.rounds, **env,
+            })
+    return out
+
+
+# --------------------------------------------------------------------------- tables and CLI
+
+
+def _number(v) -> float | None:
+    return None if v in (None, "") else float(v)  # rows from run() or, as strings, from the CSV
+
+
+def _cell(ms: float | None, ratio: float | None, status: str) -> str:
+    if ms is None:
+        return status
+    text = f"{ms:.3g} ms" if ms < 100 else f"{ms:.0f} ms"
+    if ratio is None:
+        return text
+    return f"{text} ({ratio:.2f}x)" if ratio < 1 else f"{text} ({ratio:.1f}x)"  # 0.45x, not 0.5x
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """One row per mixer, one column per point, cells "123 ms (1.8x)" (the ratio to
+    attention at that point) or the failure's status. Works on run()'s rows and on the
+    rows of its CSV."""
+    points = list(dict.fromkeys((int(r["seq_len"]), int(r["d_model"]), int(r["batch"])) for r in rows))
+    cells = {(r["label"], (int(r["seq_len"]), int(r["d_model"]), int(r["batch"]))):
+             _cell(_number(r["median_ms"]), _number(r["ratio"]), r["status"]) for r in rows}
+    lines = ["| mixer | " + " | ".join(f"L={L} d={d} B={B}" for L, d, B in points) + " |",
+             "|---|" + "---:|" * len(points)]
+    for name in dict.fromkeys(r["label"] for r in rows):
+        lines.append(f"| {name} | " + " | ".join(cells.get((name, p), "-") for p in points) + " |")
+    return "\n".join(lines)
+
+
+def parse_points(spec: str) -> tuple:
+    """"64x64x64,256x128x64" -> ((64, 64, 64), (256, 128, 64)): L x d_model x batch."""
+    return tuple(tuple(int(v) for v in item.split("x")) for item in spec.split(",") if item.strip())
+
+
+def main(argv=None) -> list[dict]:
+    p = argparse.ArgumentParser(description="Every mixer's LM training step on CPU, beside attention's.")
+    p.add_argument("--mixers", default="", help="name[:option=value...],...; default every registered mixer")
+    p.add_argument("--points", type=parse_points, default=POINTS, help="LxDxB,... e.g. 64x64x64,256x128x64")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=1, help="repeat the grid; report the median of the rounds")
+    p.add_argument("--time-limit", type=float, default=600.0, help="seconds per measurement")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-isolate", action="store_true", help="measure in this process")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="also print the top N ops (torch profiler, self CPU) of one step per mixer and point")
+    p.add_argument("--out", type=Path, default=None, help="CSV file, one row per (point, mixer)")
+    p.add_argument("--table-from", type=Path, default=None, help="print the table of this CSV; measure nothing")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = p.parse_args(argv)
+    if args.table_from:
+        with open(args.table_from, newline="") as f:
+            rows = list(csv.DictReader(f))
+        print(markdown_table(rows))
+        return rows
+    cfg = TrainStepConfig(mixers=tuple(parse_mixers(args.mixers)), points=args.points, threads=args.threads,
+                          warmup=args.warmup, repeats=args.repeats, rounds=args.rounds,
+                          time_limit_s=args.time_limit, seed=args.seed, isolate=not args.no_isolate,
+                          profile=args.profile)
+    command = shlex.join(["python", "-m", "tasks.benchmarks.trainstep", *argv])  # how the CSV was made
+    rows = [{**r, "command": command} for r in run(cfg)]
+    print()
+    print(markdown_table(rows))
+    if args.out:
+        write_csv(rows, args.out)
+    return rows
+
+
+if __name__ == "__main__":
+    # Run as tasks.benchmarks.trainstep, not __main__: the child processes unpickle measure_step by
+    # its module name, which a forkserver child cannot resolve for __main__.
+    from tasks.benchmarks.trainstep import main as _main
+
+    _main()

@@ -1,0 +1,113 @@
+"""What every run shares around its training loop: the checkpoint path, the refusal to
+train a non-causal model, the test score with the best validation weights, and the fields
+every record carries (model size, device, and where and with what code it ran)."""
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import socket
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import torch
+
+import zoo
+
+REPO = Path(__file__).resolve().parents[2]  # the checkout: its git commit goes in every record
+PACKAGES = ("torch", "numpy", "triton", "mamba-ssm", "causal-conv1d", "flash-attn", "submitit", "linbench")
+
+
+def checkpoint_path(workdir: Path | None) -> Path | None:
+    """Where a run checkpoints (and a requeued or rerun job resumes): ``workdir/checkpoint.pt``."""
+    if workdir is None:
+        return None
+    Path(workdir).mkdir(parents=True, exist_ok=True)
+    return Path(workdir) / "checkpoint.pt"
+
+
+
+def refuse_non_causal(model: zoo.LM, task: str) -> None:
+    """A causal task's model that sees the tokens after t measures nothing: refuse it."""
+    try:
+        zoo.assert_causal(model)
+    except zoo.CausalityError as e:
+        cfg = model.cfg
+        raise ValueError(f"{task}: refusing to train a non-causal model: mixer {cfg.mixer!r} with options "
+                         f"{cfg.mixer_options} (layer options {cfg.layer_options}, hybrid {cfg.hybrid or None}) "
+                         f"fails zoo.assert_causal: {e}") from e
+
+
+
+def score_best(model: torch.nn.Module, result, tcfg, score):
+    """``score(model)`` with the weights of the best validation evaluation (the test
+    number a run reports), or None when no evaluation ran (a run that diverged first)."""
+    if result.best_state is None:
+        return None
+    model.load_state_dict(result.best_state)
+    model.eval()
+    device = tcfg.resolve_device()
+    with torch.no_grad(), torch.autocast(device.type, torch.bfloat16, enabled=device.type == "cuda" and tcfg.amp):
+        return score(model)
+
+
+
+def run_fields(result, tcfg, seed: int) -> dict:
+    """The record fields of every run: how it ended, how long it took, where it ran."""
+    return {"seed": seed, "status": result.status, "steps": result.steps, "wall_time": result.wall_time,
+            "resumed_from": result.resumed_from, **environment(tcfg.resolve_device(), tcfg.amp)}
+
+
+
+def model_metadata(model: zoo.LM, seq_len: int) -> dict:
+    """Size and state of a built model: the fields every record reports."""
+    return {
+        "params": zoo.count_params(model),
+        "params_no_embeddings": zoo.count_params(model, include_embeddings=False),
+        "state_size": model.state_size(seq_len),
+        "backends": model.backends(),
+    }
+
+
+
+def environment(device: torch.device, amp: bool) -> dict:
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+    bf16 = device.type == "cuda" and amp
+    return {"device": device.type, "device_name": name, "dtype": "bfloat16" if bf16 else "float32",
+            "torch": torch.__version__}
+
+
+def _git(*args) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def provenance() -> dict:
+    """Where and with what a run ran; the task's record adds device, dtype and backends."""
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    job = os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID")
+    task = os.environ.get("SLURM_ARRAY_TASK_ID")
+    return {
+        "git_commit": _git("rev-parse", "HEAD"),
+        "git_dirty": bool(status) if status is not None else None,
+        "packages": versions,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "host": socket.gethostname(),
+        "slurm_job_id": f"{job}_{task}" if job and task else job,
+    }
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

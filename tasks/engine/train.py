@@ -1,0 +1,244 @@
+"""The one training loop every task uses.
+
+AdamW, linear warm-up then cosine decay, gradient clipping, bf16 autocast on CUDA,
+evaluation every N steps with early stop at a target, a tqdm bar (plain log lines and a
+``progress.json`` heartbeat, see tasks.engine.progress), checkpoints every few minutes (and/or
+every N steps) and on SIGTERM/SIGUSR1, and resume from the checkpoint. Batches are a pure
+function of the step (``batch_fn(step)``), so a resumed run sees exactly the batches
+an uninterrupted one would and ends with the same loss.
+"""
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn as nn
+from tqdm.auto import tqdm
+
+from zoo.config import StrictConfig, check_bounds, check_choice
+
+from .progress import PROGRESS_FILE, Heartbeat
+
+
+@dataclass
+class TrainConfig(StrictConfig):
+    steps: int = 1000
+    batch_size: int = 32
+    lr: float = 1e-3
+    weight_decay: float = 0.1
+    betas: tuple = (0.9, 0.95)
+    warmup_steps: int = 100
+    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
+    grad_clip: float = 1.0  # 0 disables clipping
+    eval_every: int = 100
+    checkpoint_every: int = 0  # steps; 0: off
+    checkpoint_minutes: float = 5.0  # minutes of training between checkpoints; 0: off (signals always save)
+    log_every_s: float = 30.0  # seconds between progress.json beats and log lines
+    target: float | None = None  # stop once the eval metric reaches it
+    device: str = "auto"  # "auto" (cuda when available), "cpu", "cuda"
+    amp: bool = True  # bf16 autocast on CUDA; ignored on CPU
+
+    def __post_init__(self):
+        check_choice("TrainConfig", "device", self.device, ("auto", "cpu", "cuda"))
+        # types (and a finite lr) are checked from the hints before this runs
+        check_bounds(self, "steps", "batch_size", "eval_every", "lr", gt=0)
+        check_bounds(self, "warmup_steps", "checkpoint_every", "weight_decay", "grad_clip", ge=0)
+        check_bounds(self, "min_lr_ratio", ge=0, le=1)
+        if len(self.betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in self.betas):
+            raise ValueError(f"TrainConfig: betas={self.betas!r} must be two numbers in [0, 1)")
+        check_bounds(self, "checkpoint_minutes", ge=0)  # finite: its float hint
+        check_bounds(self, "log_every_s", gt=0)
+
+    def resolve_device(self) -> torch.device:
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(self.device)
+
+    def lr_at(self, step: int) -> float:
+        if step < self.warmup_steps:
+            return self.lr * (step + 1) / self.warmup_steps
+        progress = (step - self.warmup_steps) / max(1, self.steps - self.warmup_steps)
+        cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+        return self.lr * (self.min_lr_ratio + (1 - self.min_lr_ratio) * cosine)
+
+
+@dataclass
+class TrainResult:
+    status: str  # "ok", "diverged", or "interrupted" (a signal that did not end the process)
+    steps: int  # optimizer steps taken in total (across resumes)
+    final_loss: float
+    best: float | None  # best value of the eval metric
+    history: list = field(default_factory=list)  # one dict per evaluation
+    resumed_from: int | None = None  # step the run continued from, if it did
+    stopped_early: bool = False
+    wall_time: float = 0.0  # seconds across all segments of the run
+    best_state: dict | None = None  # weights at the best evaluation (CPU)
+
+
+class _SignalFlag:
+    """SIGTERM/SIGUSR1 only set a flag: the loop checkpoints at the next step boundary,
+    then hands the signal to the handler that was there before (submitit's requeue,
+    or the default termination), so preemption keeps its usual meaning."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+    def __init__(self):
+        self.caught: int | None = None
+        self.previous = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self.previous[sig] = signal.signal(sig, self._catch)
+        return self
+
+    def _catch(self, signum, frame):
+        self.caught = signum
+
+    def __exit__(self, *exc):
+        for sig, handler in self.previous.items():
+            if handler is not None:  # None: installed outside Python, cannot be restored
+                signal.signal(sig, handler)
+        self.previous = {}
+
+    def forward_signal(self):
+        self.__exit__()
+        signal.raise_signal(self.caught)
+
+
+def decays(p: nn.Parameter) -> bool:
+    """Whether weight decay applies: to matrices (nanoGPT's rule: norms, biases and scalar
+    gains are left alone), except those a mixer marks ``_no_weight_decay`` (Mamba's A_log,
+    RWKV's decay and mixing coefficients: mamba_ssm and fla never decay them)."""
+    return p.dim() >= 2 and not getattr(p, "_no_weight_decay", False)
+
+
+def _optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if decays(p)], "weight_decay": cfg.weight_decay},
+              {"params": [p for p in params if not decays(p)], "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas))
+
+
+def _save(path: Path, state: dict) -> None:
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    torch.save(state, tmp)
+    os.replace(tmp, path)  # atomic: a kill mid-write never leaves a torn checkpoint
+
+
+def _resume(ckpt: Path | None, model: nn.Module, opt: torch.optim.Optimizer, device: torch.device) -> TrainResult:
+    """The result so far: from the checkpoint (model, optimizer and RNG restored) when there
+    is one, else a fresh one."""
+    if ckpt is None or not ckpt.exists():
+        return TrainResult(status="ok", steps=0, final_loss=float("nan"), best=None)
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["rng"])
+    if state.get("cuda_rng") is not None and device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda_rng"], device)  # dropout on the GPU draws from it
+    res = state["result"]
+    res.resumed_from = res.steps
+    return res
+
+
+def _snapshot(model: nn.Module, opt: torch.optim.Optimizer, res: TrainResult, device: torch.device) -> dict:
+    """What a checkpoint holds: enough to continue bit for bit (``_resume``)."""
+    return {"model": model.state_dict(), "optimizer": opt.state_dict(), "rng": torch.get_rng_state(),
+            "result": res, "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
+
+
+def _evaluate(model: nn.Module, res: TrainResult, eval_fn, metric: str, better, autocast: bool,
+              device: torch.device) -> float | None:
+    """Run ``eval_fn``, append it to the history, keep the best weights; the metric's value."""
+    model.eval()
+    with torch.no_grad(), torch.autocast(device.type, torch.bfloat16, enabled=autocast):
+        metrics = eval_fn(model) if eval_fn else {}
+    model.train()
+    metrics = {"step": res.steps, "train_loss": res.final_loss, **metrics}
+    res.history.append(metrics)
+    value = metrics.get(metric)
+    if value is not None and (res.best is None or better(value, res.best)):
+        res.best = value
+        res.best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+    return value
+
+
+def _step(model: nn.Module, opt: torch.optim.Optimizer, cfg: TrainConfig, loss: torch.Tensor, step: int) -> None:
+    """Optimiser step ``step`` on ``loss`` (finite): the schedule's lr, gradients clipped when asked."""
+    for group in opt.param_groups:
+        group["lr"] = cfg.lr_at(step)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if cfg.grad_clip > 0:
+        nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    opt.step()
+
+
+def train(model: nn.Module, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
+          loss_fn: Callable[[nn.Module, tuple], torch.Tensor],
+          eval_fn: Callable[[nn.Module], dict] | None = None, metric: str = "loss",
+          higher_is_better: bool = False, checkpoint: str | Path | None = None,
+          progress: bool = True, desc: str = "train", tokens_per_step: int | None = None) -> TrainResult:
+    """Train ``model`` in place. ``batch_fn(step)`` gives the step's batch (tensors),
+    ``loss_fn(model, batch)`` its loss, ``eval_fn(model)`` a dict holding ``metric``.
+    Progress goes to ``progress.json`` beside the checkpoint and, when the bar is off or
+    stderr is no terminal, to stdout as plain lines (tokens/s when ``tokens_per_step`` is known)."""
+    device = cfg.resolve_device()
+    model.to(device)
+    opt = _optimizer(model, cfg)
+    ckpt = Path(checkpoint) if checkpoint else None
+    res = _resume(ckpt, model, opt, device)
+    better = (lambda a, b: a > b) if higher_is_better else (lambda a, b: a < b)
+    autocast = device.type == "cuda" and cfg.amp
+
+    start = time.perf_counter() - res.wall_time
+    model.train()
+    bar = tqdm(total=cfg.steps, initial=res.steps, desc=desc, disable=not progress, leave=False)
+    beats = Heartbeat(res, cfg.steps, ckpt.with_name(PROGRESS_FILE) if ckpt else None, cfg.log_every_s,
+                      tokens_per_step, metric, lines=not progress or not sys.stderr.isatty())
+    last_save = time.monotonic()
+    with _SignalFlag() as flag, beats:
+        while res.steps < cfg.steps and not res.stopped_early:
+            step = res.steps
+            batch = tuple(t.to(device, non_blocking=True) for t in batch_fn(step))
+            with torch.autocast(device.type, torch.bfloat16, enabled=autocast):
+                loss = loss_fn(model, batch)
+            if not torch.isfinite(loss):
+                res.status, res.final_loss = "diverged", loss.item()
+                break
+            _step(model, opt, cfg, loss, step)
+            res.steps, res.final_loss = step + 1, loss.item()
+            bar.update(1)
+            bar.set_postfix(loss=f"{res.final_loss:.4f}", refresh=False)
+            if res.steps % cfg.eval_every == 0 or res.steps == cfg.steps:
+                value = _evaluate(model, res, eval_fn, metric, better, autocast, device)
+                res.stopped_early = cfg.target is not None and value is not None and not better(cfg.target, value)
+                if res.best is not None:
+                    bar.set_postfix(loss=f"{res.final_loss:.4f}", best=f"{res.best:.4g}")
+            res.wall_time = time.perf_counter() - start
+            periodic = ((cfg.checkpoint_every and res.steps % cfg.checkpoint_every == 0)
+                        or (cfg.checkpoint_minutes and time.monotonic() - last_save >= 60 * cfg.checkpoint_minutes))
+            if ckpt is not None and (periodic or flag.caught):
+                _save(ckpt, _snapshot(model, opt, res, device))
+                last_save = time.monotonic()
+            if beats.due():
+                beats.beat()
+            if flag.caught:
+                res.status = "interrupted"  # stays so only if the signal is ignored
+                beats.finish("interrupted")
+                bar.close()
+                flag.forward_signal()  # usually does not return
+                break
+    bar.close()
+    res.wall_time = time.perf_counter() - start
+    beats.finish({"ok": "done"}.get(res.status, res.status))
+    return res

@@ -1,0 +1,1 @@
+"""SNLI with a frozen or fine-tuned LM encoder (the paper's second task): task.py is the task (config and ``run``); heads.py: the classifier heads."""

@@ -1,0 +1,3 @@
+from .task import main
+
+main()

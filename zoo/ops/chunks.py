@@ -1,0 +1,82 @@
+"""What the chunked scans share: inside a chunk, the decayed scores between its steps as
+one matmul where that is numerically safe (the decays split about the chunk's middle),
+in blocks or pairwise where it is not. rwkv6.py's module docstring derives the split."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+# The largest total log decay of a chunk whose decayed products are split about its
+# middle into one matmul: every factor exp(+-x) then has |x| <= MATMUL_RANGE / 2 (far from
+# fp32's 88 and fp64's 709). Shared by the chunk forms of rwkv6.py, ssd.py and delta_rule.py.
+MATMUL_RANGE = {torch.float64: 600.0}
+MATMUL_RANGE_DEFAULT = 60.0
+
+
+def matmul_range(dtype: torch.dtype) -> float:
+    return MATMUL_RANGE.get(dtype, MATMUL_RANGE_DEFAULT)
+
+
+SUB = 16  # steps per block of a steep chunk (blocked_scores)
+
+
+def intra_chunk_scores(q, k, b_prev, b):
+    """A[..., t, s] = sum_c q_tc k_sc exp(b_prev_tc - b_sc) for s < t, 0 for s >= t.
+    q, k, b_prev, b: (..., C, K) with b the inclusive cumulative log decay of the chunk
+    (non-increasing, 0 >= b) and b_prev = b shifted by one step (b_prev_0 = 0).
+    One matmul for chunks whose total decay -b_{C-1} is within MATMUL_RANGE (see the
+    module docstring); for the others, stable for any decay, ``blocked_scores`` (chunks
+    longer than SUB) or the pairwise form."""
+    C = q.shape[-2]
+    limit = matmul_range(q.dtype)
+    strict = torch.ones(C, C, dtype=torch.bool, device=q.device).tril(-1)  # (t, s): s < t
+    steep = (-b[..., -1, :]).amax(-1) > limit  # (...,) chunks the split would overflow
+    steep_scores = blocked_scores if C > SUB else (lambda *t: pairwise_scores(*t, strict))
+    if steep.all():  # a trained model's usual case: no matmul form to form and discard
+        flat = (lambda t: t.reshape(-1, C, t.shape[-1]))  # (S, C, K)
+        return steep_scores(flat(q), flat(k), flat(b_prev), flat(b)).view(*q.shape[:-2], C, C)
+    r = b[..., -1:, :] / 2  # (..., 1, K) halfway along the chunk's decay
+    # The clamp changes nothing in the chunks the matmul serves; it keeps the steep ones,
+    # overwritten below, finite (an inf times a zero gradient would make a NaN).
+    qe = q * (b_prev - r).clamp(max=limit / 2).exp()
+    ke = k * (r - b).clamp(max=limit / 2).exp()
+    A = (qe @ ke.transpose(-1, -2)).masked_fill(~strict, 0.0)  # (..., C, C)
+    if steep.any():
+        at = steep.nonzero(as_tuple=True)
+        A = A.index_put(at, steep_scores(q[at], k[at], b_prev[at], b[at]))
+    return A
+
+
+def blocked_scores(q, k, b_prev, b):
+    """``intra_chunk_scores`` of (S, C, K) steep chunks in blocks of SUB steps. For t in
+    block i (starting at step i0) and s in an earlier block, the decay splits at i0:
+        exp(b_{t-1} - b_s) = exp(b_{t-1} - g_i) * exp(g_i - b_s),   g_i = b_{i0-1} = b_prev_{i0},
+    both exponents <= 0 (b never rises), so one matmul per block row at any decay; the
+    diagonal blocks, rebased to start at 0, go back through ``intra_chunk_scores``."""
+    S, C, K = q.shape
+    pad = -C % SUB  # padded steps: q = k = 0 and no decay, so they add nothing
+    if pad:
+        q, k = (F.pad(t, (0, 0, 0, pad)) for t in (q, k))
+        b_prev = torch.cat([b_prev, b[:, -1:].expand(S, pad, K)], 1)
+        b = torch.cat([b, b[:, -1:].expand(S, pad, K)], 1)
+    n, Cp = (C + pad) // SUB, C + pad
+    blocks = (lambda t: t.view(S, n, SUB, K))  # (S, Cp, K) -> (S, n, SUB, K)
+    g = b_prev[:, ::SUB, None]  # (S, n, 1, K) each block's reference
+    qf = blocks(q) * (blocks(b_prev) - g).exp()  # (S, n, SUB, K)
+    # exponent <= 0 for the earlier blocks' steps; the clamp keeps the masked rest finite
+    kf = k[:, None] * (g - b[:, None]).clamp(max=0).exp()  # (S, n, Cp, K)
+    block_of = torch.arange(Cp, device=q.device) // SUB
+    earlier = block_of[None, :] < torch.arange(n, device=q.device)[:, None]  # (n, Cp): s before block i
+    A = (qf @ kf.transpose(-1, -2)).masked_fill(~earlier[:, None, :], 0.0)  # (S, n, SUB, Cp)
+    diag = intra_chunk_scores(blocks(q), blocks(k), blocks(b_prev) - g, blocks(b) - g)  # (S, n, SUB, SUB)
+    A.view(S, n, SUB, n, SUB).diagonal(0, 1, 3).copy_(diag.permute(0, 2, 3, 1))  # into the zeroed blocks
+    return A.reshape(S, Cp, Cp)[:, :C, :C]
+
+
+def pairwise_scores(q, k, b_prev, b, strict):
+    """``intra_chunk_scores`` through the (..., C, C, K) tensor of pairwise decays, every
+    exponent a sum of w's (<= 0). Masked before exp, so that the positive differences
+    above the diagonal are never exponentiated."""
+    diff = b_prev[..., :, None, :] - b[..., None, :, :]  # (..., C, C, K)
+    decay = diff.masked_fill(~strict[..., None], float("-inf")).exp()
+    return (q[..., :, None, :] * decay * k[..., None, :, :]).sum(-1)  # (..., C, C)
