@@ -26,8 +26,8 @@ from tasks.published import PUBLISHED
 
 from .launch import FINAL, launch
 from .ledger import cancel, in_flight, read_ledger
-from .overview import distinguishing, only, time_left
 from .spec import SweepError, load_sweep
+from .views import distinguishing, only, time_left
 
 
 

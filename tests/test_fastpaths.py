@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import zoo
-from zoo.mixers.attention import FLASH_ATTN, LOCAL_BLOCK, attention_ref, local_attention
+from zoo.mixers.attention import FLASH_ATTN
+from zoo.ops.attention import LOCAL_BLOCK, attention_ref, local_attention
 from zoo.ops import fastpath
 from zoo.ops.fastpath import FLOAT, HALF, Kernel, torch_only
 

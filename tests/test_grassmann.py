@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from zoo.mixers import MIXERS
-from zoo.mixers.grassmann import Grassmann, grassmann_features, plucker, valid_offsets
+from zoo.mixers.grassmann import Grassmann
+from zoo.ops.grassmann import grassmann_features, plucker, valid_counts
 
 
 def naive_grassmann(m: Grassmann, h: torch.Tensor) -> torch.Tensor:
@@ -135,8 +136,8 @@ def test_no_valid_offset_gives_exact_zero(aggregate):
 
 
 def test_valid_offsets_counts():
-    assert valid_offsets(5, (1, 3, 8), "past").tolist() == [0, 1, 1, 2, 2]
-    assert valid_offsets(5, (1, 3, 8), "future").tolist() == [2, 2, 1, 1, 0]
+    assert valid_counts(5, (1, 3, 8), "past").tolist() == [0, 1, 1, 2, 2]
+    assert valid_counts(5, (1, 3, 8), "future").tolist() == [2, 2, 1, 1, 0]
 
 
 def test_future_leaks_and_past_does_not():

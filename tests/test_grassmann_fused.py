@@ -18,7 +18,8 @@ if not CUDA:
 
 import pytest  # noqa: E402
 
-from zoo.mixers.grassmann import IMPL_FNS, Grassmann, grassmann_features, plucker  # noqa: E402
+from zoo.mixers.grassmann import IMPL_FNS, Grassmann  # noqa: E402
+from zoo.ops.grassmann import grassmann_features, plucker  # noqa: E402
 from zoo.ops import grassmann as ops  # noqa: E402
 from zoo.ops.grassmann import (grassmann_features_factored, grassmann_features_fused,  # noqa: E402
                                valid_counts)

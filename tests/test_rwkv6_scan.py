@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from zoo.mixers.retnet import (RetNet, retention, retention_as_rwkv6, retention_chunked,
+from zoo.mixers.retnet import RetNet
+from zoo.ops.retention import (retention, retention_as_rwkv6, retention_chunked,
                                retention_ref)
 from zoo.mixers.rwkv6 import RWKV6
 from zoo.ops import rwkv6_scan, rwkv6_scan_ref

@@ -17,7 +17,7 @@ from tasks.snli.task import (EncoderClassifier, FrozenFeatures, LMClassifier, SN
                         encode_pairs, pad, run)
 from tasks.snli.heads import Head, HeadConfig
 from tasks.engine.train import TrainConfig
-from zoo.mixers.grassmann import plucker
+from zoo.ops.grassmann import plucker
 
 DATA = Path(os.environ.get("LINBENCH_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
 needs_data = pytest.mark.skipif(not (DATA / "snli" / "dev.tsv").is_file(),

@@ -18,7 +18,7 @@ from sweeps import cli as cli_module
 from sweeps.cli import main as cli
 from results.layout import workdir_for
 from sweeps.ledger import is_running, read_ledger
-from sweeps.overview import time_left
+from sweeps.views import time_left
 from sweeps.slurm import signal_lead, slurm_parameters
 from tasks.engine.progress import write_progress
 from test_sweeps import TESTS, records, sweep_of, toy, toy_task  # noqa: F401  (the autouse fixture registers the toy task)

@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 
 from zoo.config import StrictConfig, check_bounds, check_choice
-from zoo.mixers.grassmann import plucker
+from zoo.ops.grassmann import plucker
 
 
 @dataclass

@@ -56,9 +56,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..ops.grassmann import (fused_backend, grassmann_features_compiled,
-                             grassmann_features_factored, grassmann_features_fused, triton)
 from ..ops import fastpath
+from ..ops.grassmann import (fused_backend, grassmann_features, grassmann_features_compiled,
+                             grassmann_features_factored, grassmann_features_fused, triton)
 from ..ops.fastpath import fastest
 from .base import Mixer, check_choice
 
@@ -69,66 +69,6 @@ MIXINGS = ("blend", "gated_residual")
 # factorisation of zoo/ops/grassmann.py: "factored" in plain torch, "compiled" the same
 # under torch.compile, "fused" the Triton kernels; "auto" picks the fastest available.
 IMPLS = ("eager", "factored", "compiled", "fused", "auto")
-
-
-def plucker(z: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """Plücker coordinates of the 2-plane span(z, w): p_ij = z_i w_j - z_j w_i, i < j.
-
-    z, w: (..., r) -> (..., r(r-1)/2), coordinates in row-major upper-triangle order
-    (0,1), (0,2), ..., (0,r-1), (1,2), ..., (r-2,r-1), the column order of W_plü.
-    Lagrange's identity |p|^2 = |z|^2 |w|^2 - (z.w)^2 gives the norm without p.
-    """
-    r = z.shape[-1]
-    i, j = torch.triu_indices(r, r, offset=1, device=z.device)  # (2, r(r-1)/2)
-    return z[..., i] * w[..., j] - z[..., j] * w[..., i]
-
-
-def partner(z: torch.Tensor, delta: int, pairing: str) -> torch.Tensor:
-    """z_{t-Δ} ("past") or z_{t+Δ} ("future") for every t; the zero vector where that
-    token does not exist. z: (B, L, r) -> (B, L, r)."""
-    L = z.shape[1]
-    shift = min(delta, L)
-    if pairing == "past":
-        return F.pad(z, (0, 0, shift, 0))[:, :L]
-    return F.pad(z, (0, 0, 0, shift))[:, shift:]
-
-
-def valid_offsets(L: int, offsets, pairing: str, device=None) -> torch.Tensor:
-    """(L,) number of offsets whose partner exists at each t: t-Δ >= 0 or t+Δ < L."""
-    t = torch.arange(L, device=device)[:, None]  # (L, 1)
-    d = torch.tensor(offsets, device=device)  # (K,)
-    ok = t >= d if pairing == "past" else t + d < L  # (L, K)
-    return ok.sum(-1)
-
-
-def grassmann_features(z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                       offsets, pairing: str = "past", normalize: bool = True,
-                       eps: float = 1e-6, aggregate: str = "mean") -> torch.Tensor:
-    """The geometric feature g before the gate: the readable reference that a fused
-    kernel must match, with the same signature.
-
-    z: (B, L, r) reduced tokens; weight: (D, r(r-1)/2) and bias: (D,) or None, W_plü.
-    Returns g: (B, L, D), with g_t = agg over valid Δ of (W_plü p̂^Δ_t + b_plü), where
-    agg is the mean or the sum, and g_t = 0 exactly where no offset is valid.
-    """
-    B, L, r = z.shape
-    p_sum = z.new_zeros(B, L, r * (r - 1) // 2)
-    for delta in offsets:
-        # A missing partner is the zero vector, whose wedge with z_t is exactly 0 (and
-        # stays 0 after normalising, 0 / eps), so invalid offsets drop out of the sum.
-        p = plucker(z, partner(z, delta, pairing))  # (B, L, r(r-1)/2)
-        if normalize:
-            p = p / p.norm(dim=-1, keepdim=True).clamp_min(eps)
-        p_sum = p_sum + p
-    n = valid_offsets(L, offsets, pairing, z.device).to(z.dtype)[:, None]  # (L, 1)
-    # W_plü is linear, so projecting the aggregate equals aggregating the per-offset
-    # projections (one matmul instead of one per offset); the bias enters once per
-    # valid offset: n times for the sum, once for the mean, never where n = 0.
-    if aggregate == "mean":
-        g = F.linear(p_sum / n.clamp_min(1), weight)  # (B, L, D)
-        return g if bias is None else g + (n > 0).to(z.dtype) * bias
-    g = F.linear(p_sum, weight)
-    return g if bias is None else g + n * bias
 
 
 class Grassmann(Mixer):

@@ -80,3 +80,15 @@ def pairwise_scores(q, k, b_prev, b, strict):
     diff = b_prev[..., :, None, :] - b[..., None, :, :]  # (..., C, C, K)
     decay = diff.masked_fill(~strict[..., None], float("-inf")).exp()
     return (q[..., :, None, :] * decay * k[..., None, :, :]).sum(-1)  # (..., C, C)
+
+
+def chunk_plan(op: str, L: int, K: int, chunk_size: int, scale, dtype: torch.dtype) -> tuple:
+    """What a chunked linear-attention scan settles first: its score ``scale`` (1/sqrt(K)
+    by default), the accumulation dtype (fp32, fp64 for fp64 inputs), the chunk length C
+    (no longer than the sequence: a longer one would only add padding), the number of
+    chunks N and the padding N*C - L of the last one."""
+    if chunk_size <= 0:
+        raise ValueError(f"{op}: chunk_size must be positive, got {chunk_size}")
+    C = max(1, min(chunk_size, L))
+    N = -(-L // C)
+    return (K ** -0.5 if scale is None else scale), torch.promote_types(dtype, torch.float32), C, N, N * C - L

@@ -36,8 +36,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .chunks import chunk_plan, matmul_range
 from .fastpath import Kernel
-from .chunks import matmul_range
 
 # 0.1.0 took (B, H, L, K) by default (head_first=True); 0.1.1 made (B, L, H, K), the layout we
 # call it in, the default (we never pass head_first: 0.4 deprecates it, 0.6 refuses it). We ask
@@ -92,13 +92,8 @@ def gated_delta_rule_chunked(q, k, v, g, beta, scale=None, initial_state=None,
     state in the accumulation dtype (as fla returns it in fp32)."""
     B, L, H, K = q.shape
     V = v.shape[-1]
-    if chunk_size <= 0:
-        raise ValueError(f"gated_delta_rule: chunk_size must be positive, got {chunk_size}")
-    scale = K ** -0.5 if scale is None else scale
-    out_dtype, acc = v.dtype, torch.promote_types(v.dtype, torch.float32)
-    C = max(1, min(chunk_size, L))  # a chunk longer than the sequence would only add padding
-    N = -(-L // C)  # number of chunks
-    pad = N * C - L
+    out_dtype = v.dtype
+    scale, acc, C, N, pad = chunk_plan("gated_delta_rule", L, K, chunk_size, scale, v.dtype)  # N chunks of C, pad at the end
 
     def chunks(t):  # (B, L, H, *X) -> (B, H, N, C, *X), zero padded at the end
         t = t.to(acc).movedim(2, 1)  # (B, H, L, *X)

@@ -7,8 +7,8 @@ import dataclasses
 
 import numpy as np
 
-from .spec import SweepError, canonical
 from .launch import FINAL
+from .spec import SweepError, canonical
 
 
 def distinguishing(runs) -> dict[str, str]:
