@@ -19,7 +19,7 @@ FLASH_ATTN = Kernel("flash_attn", "flash_attn_func", "flash-attn", "2.3.0",
 BACKENDS = ("auto", "flash_attn", "sdpa", "math")
 
 
-def rotary(x: torch.Tensor, dims: int, base: float = 10_000.0) -> torch.Tensor:
+def rotary(x: torch.Tensor, dims: int, base: float = 10_000.0, start: int = 0) -> torch.Tensor:
     """Rotary position embedding (Su et al. 2021) on the first ``dims`` channels of each
     head, rotated as two halves (GPT-NeoX's layout): channel i pairs with i + dims/2 and
     turns by angle t * base^(-2i/dims) at position t. q.k of rotated vectors depends on
@@ -29,7 +29,7 @@ def rotary(x: torch.Tensor, dims: int, base: float = 10_000.0) -> torch.Tensor:
         return x
     L, half = x.shape[1], dims // 2
     freq = base ** (-torch.arange(half, device=x.device, dtype=torch.float32) / half)  # (dims/2,)
-    angle = torch.arange(L, device=x.device, dtype=torch.float32)[:, None] * freq  # (L, dims/2)
+    angle = torch.arange(start, start + L, device=x.device, dtype=torch.float32)[:, None] * freq  # (L, dims/2)
     cos, sin = angle.cos()[:, None], angle.sin()[:, None]  # (L, 1, dims/2): broadcast over heads
     a, b, rest = x[..., :half].float(), x[..., half:dims].float(), x[..., dims:]
     turned = torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1).to(x.dtype)
@@ -107,6 +107,31 @@ class Attention(Mixer):
             y = y.transpose(1, 2)  # (B, L, H, Dh)
         return self.out(y.reshape(B, L, D))
 
+    def init_state(self, batch: int, device=None, dtype=None) -> dict:
+        """The KV cache, (B, H, T, Dh) each (T = 0 here), and the tokens seen so far."""
+        H = self.n_heads
+        empty = torch.zeros(batch, H, 0, self.d_model // H, device=device, dtype=dtype)
+        return {"k": empty, "v": empty.clone(), "seen": 0}
+
+    def prefill(self, x: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
+        """x's queries attend to the cache and to x itself, causally (and within the
+        window); the cache then keeps every key and value (the window: its last ``window``)."""
+        B, L, D = x.shape
+        H, T0 = self.n_heads, state["seen"]
+        q, k, v = self.qkv(x).view(B, L, 3, H, D // H).unbind(2)  # each (B, L, H, Dh)
+        q, k = rotary(q, self.rotary, start=T0), rotary(k, self.rotary, start=T0)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, L, Dh)
+        keys, values = torch.cat([state["k"], k], 2), torch.cat([state["v"], v], 2)  # (B, H, T + L, Dh)
+        first = T0 + L - keys.shape[2]  # absolute position of the first cached key
+        t = torch.arange(T0, T0 + L, device=x.device)[:, None]  # (L, 1) query positions
+        s = torch.arange(first, T0 + L, device=x.device)[None, :]  # (1, T + L) key positions
+        mask = (s <= t) if self.window is None else (s <= t) & (s >= t - self.window)
+        y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (B, H, L, Dh)
+        self.backend = "sdpa"
+        if self.window is not None:
+            keys, values = keys[:, :, -self.window:], values[:, :, -self.window:]
+        return self.out(y.transpose(1, 2).reshape(B, L, D)), {"k": keys, "v": values, "seen": T0 + L}
+
     def core_flops(self, B: int, L: int) -> float:
         # FlashAttention's benchmark formula: q.k and p.v, causal attention doing half the
         # L^2 work. A formula, not FlopCounterMode: that counts SDPA unmasked on meta
@@ -134,4 +159,5 @@ class SlidingWindowAttention(Attention):
         self.window = window
 
     def state_size(self, seq_len: int) -> int:
-        return 2 * self.d_model * min(seq_len, self.window + 1)
+        # the last `window` keys and values: with the current token's, what a query sees
+        return 2 * self.d_model * min(seq_len, self.window)

@@ -105,6 +105,29 @@ class Mixer(nn.Module):
         fixed recurrent state for SSMs / linear attention)."""
         raise NotImplementedError
 
+    # ---- the step (decode) form -------------------------------------------------
+    # ``init_state(batch)`` is the state of an empty context (a dict of tensors);
+    # ``prefill(x, state)`` runs the parallel form over x (B, L, D), the tokens that
+    # follow ``state``, and returns (y, state after them); ``step(x_t, state)`` does one
+    # token (B, D). Prefilling a prompt and stepping through the rest equals the parallel
+    # forward over the whole sequence (tests/test_decode.py), and the state holds
+    # ``state_size`` floats per sequence. A mixer without a step form says so.
+
+    def init_state(self, batch: int, device=None, dtype=None) -> dict:
+        raise NotImplementedError(f"{self.name}: no step (decode) form yet")
+
+    def prefill(self, x: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
+        raise NotImplementedError(f"{self.name}: no step (decode) form yet")
+
+    def step(self, x: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
+        """One token: x (B, D) -> (y (B, D), state). By default a prefill of one token."""
+        y, state = self.prefill(x[:, None], state)
+        return y[:, 0], state
+
+    @classmethod
+    def has_step_form(cls) -> bool:
+        return cls.prefill is not Mixer.prefill
+
 
 def check_positive(name: str, value: int, what: str) -> None:
     if not isinstance(value, int) or value <= 0:

@@ -118,10 +118,30 @@ class Grassmann(Mixer):
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         z = self.w_red(h)  # (B, L, r)
         g = self._features(z)  # (B, L, D)
+        return self._update(h, g)
+
+    def _update(self, h: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        """The gated update of the stream from its input h and the features g, (B, L, D)."""
         a = torch.sigmoid(self.w_gate(torch.cat([h, g], dim=-1)))  # (B, L, D)
         if self.mixing == "blend":
             return (1 - a) * (g - h)  # a*h + (1-a)*g, less the h the block adds back
         return a * g
+
+    def init_state(self, batch: int, device=None, dtype=None) -> dict:
+        """The last max(Δ) reduced tokens z, (B, T, r) (T = 0 here)."""
+        if not self.causal:
+            raise NotImplementedError(f"{self.name}: pairing='future' reads later tokens; it has no step form")
+        return {"z": torch.zeros(batch, 0, self.r, device=device, dtype=dtype)}
+
+    def prefill(self, h: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
+        """The features of the new tokens over the cached z and their own: a window of the
+        last max(Δ) tokens holds every partner, and while the context is shorter the
+        window is the whole of it, so each offset is valid exactly where it is in the
+        parallel form."""
+        L = h.shape[1]
+        z = torch.cat([state["z"], self.w_red(h)], 1)  # (B, T + L, r)
+        g = self._features(z)[:, -L:]  # (B, L, D)
+        return self._update(h, g), {"z": z[:, -max(self.offsets):]}
 
     # impl="auto": the fastest exact implementation, measured (forward, plus backward
     # when gradients are on) on the first input of each shape bucket in this process:
@@ -174,9 +194,10 @@ class Grassmann(Mixer):
         return B * L * len(self.offsets) * P * (7 if self.normalize else 4)
 
     def state_size(self, seq_len: int) -> int:
-        # The last max(Δ) reduced tokens z (the current h is input, not state). The
-        # "future" pairing cannot stream without a max(Δ) delay; its buffer is the same.
-        return max(self.offsets) * self.r
+        # The last max(Δ) reduced tokens z (the current h is input, not state), fewer while
+        # the context is shorter. The "future" pairing cannot stream without a max(Δ)
+        # delay; its buffer is the same.
+        return min(seq_len, max(self.offsets)) * self.r
 
     def extra_repr(self) -> str:
         return (f"r={self.r}, offsets={self.offsets}, pairing={self.pairing!r}, "

@@ -168,7 +168,7 @@ def bilinear(z: torch.Tensor, W: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
     if z.device.type == "cpu" and not torch.compiler.is_compiling():
         chunk = max(1, (1 << 18) // (r * r))  # a 1 MB float32 outer product per chunk (256 tokens at r 32)
         g = ChunkedBilinear.apply(z.reshape(B * L, r), W.reshape(B * L, r), Kf, chunk)
-        return g.view(B, L, -1)
+        return g.view(B, L, Kf.shape[1])
     return (z[..., :, None] * W[..., None, :]).flatten(-2) @ Kf  # (B, L, r*r) @ (r*r, D)
 
 
