@@ -13,8 +13,12 @@ from zoo import MIXERS, mixer_class
 
 D, B, L = 32, 3, 40
 STEPPED = sorted(n for n in MIXERS if mixer_class(n).has_step_form())
+# small, and chunks of 16 so that the prompt lengths cross a chunk's edges
 OPTIONS = {"attention": {"n_heads": 4, "rotary": 4}, "sliding_window": {"n_heads": 4, "window": 5},
-           "grassmann": {"r": 6, "offsets": (1, 2, 4, 8)}}
+           "grassmann": {"r": 6, "offsets": (1, 2, 4, 8)}, "mamba": {"chunk_size": 16},
+           "mamba2": {"chunk_size": 16, "headdim": 16}, "rwkv6": {"chunk_size": 16, "head_size": 16},
+           "retnet": {"chunk_size": 16, "n_heads": 4}, "gla": {"chunk_size": 16, "n_heads": 4},
+           "gated_deltanet": {"chunk_size": 16, "n_heads": 4}}
 PROMPTS = (0, 1, 7, 16, 17, 33, L)  # empty, one token, odd, around a 16-step chunk, whole
 
 
@@ -76,12 +80,21 @@ def test_state_holds_state_size_floats_at_every_context(name):
         assert floats(state) == B * m.state_size(seen), seen
 
 
-def test_which_mixers_step():
-    """The mixers with a step form so far; the others say so when asked."""
-    assert {"attention", "sliding_window", "grassmann"} <= set(STEPPED)
-    for name in sorted(set(MIXERS) - set(STEPPED)):
-        with pytest.raises(NotImplementedError, match="no step"):
-            mixer_class(name)(D).init_state(1)
+def test_every_registered_mixer_steps_and_one_without_the_form_says_so():
+    assert STEPPED == sorted(MIXERS)
+
+    class Plain(zoo.Mixer):
+        name = "plain"
+
+        def __init__(self, d_model: int):
+            super().__init__()
+
+        def forward(self, x):
+            return x
+
+    assert not Plain.has_step_form()
+    with pytest.raises(NotImplementedError, match="plain: no step"):
+        Plain(D).init_state(1)
 
 
 def test_a_future_pairing_has_no_step_form():

@@ -77,10 +77,30 @@ class GatedDeltaNet(Mixer):
             p._no_weight_decay = True  # as in fla; the training loop honours it (and never decays 1-D norm gains)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._mix(x, None, None)[0]
+
+    def init_state(self, batch: int, device=None, dtype=None) -> dict:
+        """The per-head K x V delta-rule state and the conv's last d_conv - 1 inputs."""
+        H = self.n_heads
+        return {"S": torch.zeros(batch, H, self.head_dim, self.head_v_dim, device=device, dtype=dtype),
+                "conv": torch.zeros(batch, self.d_conv - 1, self.conv_dim, device=device, dtype=dtype)}
+
+    def prefill(self, x: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
+        if x.shape[1] == 0:  # the chunked scan needs a token
+            return torch.zeros_like(x), state
+        y, S, conv = self._mix(x, state["S"], state["conv"])
+        return y, {"S": S.to(state["S"].dtype), "conv": conv}
+
+    def _mix(self, x: torch.Tensor, S0, conv0):
+        """The update for x (B, L, D) after a context with delta-rule state S0 and conv
+        inputs conv0 (B, d_conv - 1, conv_dim) (None, None: no context); the states after x."""
         B, L, _ = x.shape  # (B, L, D)
         H, K, V = self.n_heads, self.head_dim, self.head_v_dim
         qkv, gate, a, b = torch.split(self.in_proj(x), [self.conv_dim, self.value_dim, H, H], -1)
-        qkv = F.silu(causal_conv1d(qkv, self.conv1d.weight))  # (B, L, conv_dim)
+        if conv0 is not None:  # the conv continues over the context's last inputs
+            qkv = torch.cat([conv0, qkv], 1)
+            conv0 = qkv[:, -(self.d_conv - 1):]
+        qkv = F.silu(causal_conv1d(qkv, self.conv1d.weight))[:, -L:]  # (B, L, conv_dim)
         q, k, v = torch.split(qkv, [self.key_dim, self.key_dim, self.value_dim], -1)
         q, k = (l2_normalize(t.unflatten(-1, (H, K))) for t in (q, k))  # (B, L, H, K)
         v = v.unflatten(-1, (H, V))  # (B, L, H, V)
@@ -92,13 +112,14 @@ class GatedDeltaNet(Mixer):
         beta = torch.sigmoid(b.to(cdt)).to(x.dtype)  # (B, L, H) in (0, 1)
 
         self.backend = delta_rule_backend(q)
-        o, _ = gated_delta_rule(q, k, v, g, beta, chunk_size=self.chunk_size)  # (B, L, H, V)
+        o, S = gated_delta_rule(q, k, v, g, beta, initial_state=S0, output_final_state=S0 is not None,
+                                chunk_size=self.chunk_size)  # (B, L, H, V)
 
         # RMSNorm per head, then the SiLU output gate (fla's FusedRMSNormGated: norm first).
         o = o.to(cdt)
         o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.norm_eps) * self.norm_weight.to(cdt)
         o = o * F.silu(gate.to(cdt).unflatten(-1, (H, V)))
-        return self.out_proj(o.flatten(-2).to(x.dtype))
+        return self.out_proj(o.flatten(-2).to(x.dtype)), S, conv0
 
     def core_flops(self, B: int, L: int) -> float:
         # The chunked linear-attention work (scores, values, reading and updating the K x V

@@ -77,6 +77,22 @@ class GLA(Mixer):
             p._no_weight_decay = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._gla(x, None)[0]
+
+    def init_state(self, batch: int, device=None, dtype=None) -> dict:
+        """One head_k_dim x head_v_dim matrix per head."""
+        S = torch.zeros(batch, self.n_heads, self.head_k_dim, self.head_v_dim, device=device, dtype=dtype)
+        return {"S": S}
+
+    def prefill(self, x: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
+        if x.shape[1] == 0:  # the chunked scan needs a token
+            return torch.zeros_like(x), state
+        y, S = self._gla(x, state["S"])
+        return y, {"S": S.to(state["S"].dtype)}
+
+    def _gla(self, x: torch.Tensor, S0):
+        """The update for x (B, L, D) after a context whose state is S0 (None: none), and
+        the state after x."""
         B, L, _ = x.shape  # (B, L, D)
         H, Kh, Vh = self.n_heads, self.head_k_dim, self.head_v_dim
         q = self.q_proj(x).view(B, L, H, Kh)
@@ -85,14 +101,15 @@ class GLA(Mixer):
         # log decay in fp32: it is summed over time inside the scan
         gk = F.logsigmoid(self.gk_proj(x).float()) / self.gate_logit_normalizer
         self.backend = gla_backend(q)  # decided like gla() decides: on q
-        o, _ = gla(q, k, v, gk.view(B, L, H, Kh), chunk_size=self.chunk_size)  # (B, L, H, Vh)
+        o, S = gla(q, k, v, gk.view(B, L, H, Kh), initial_state=S0, output_final_state=S0 is not None,
+                   chunk_size=self.chunk_size)  # (B, L, H, Vh)
 
         # per-head RMSNorm, then the swish gate (fla's FusedRMSNormGated order), in fp32
         cdt = torch.promote_types(o.dtype, torch.float32)
         o = o.to(cdt)
         o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.norm_eps)
         o = o * self.norm_weight.to(cdt) * F.silu(self.g_proj(x).view(B, L, H, Vh).to(cdt))
-        return self.o_proj(o.reshape(B, L, self.value_dim).to(x.dtype))
+        return self.o_proj(o.reshape(B, L, self.value_dim).to(x.dtype)), S
 
     def core_flops(self, B: int, L: int) -> float:
         # The RWKV-6 chunk core (its low-rank gate is nn.Linear, counted with the dense

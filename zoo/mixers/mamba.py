@@ -91,6 +91,38 @@ class Mamba(Mixer):
                            delta_softplus=True, chunk_size=self.chunk_size)  # (B, di, L)
         return self.out_proj(y.transpose(1, 2))
 
+    def init_state(self, batch: int, device=None, dtype=None) -> dict:
+        """The SSM state (B, d_inner, d_state) and the conv's last d_conv - 1 inputs."""
+        return {"h": torch.zeros(batch, self.d_inner, self.d_state, device=device, dtype=dtype),
+                "conv": torch.zeros(batch, self.d_conv - 1, self.d_inner, device=device, dtype=dtype)}
+
+    def prefill(self, x: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
+        """The scan over x from a zero state, plus what the context's state h0 adds, which
+        is linear in h0: silu(z_t) C_t . exp(sum_{s <= t} dt_s A) h0 at step t, and that
+        decay over all of x times h0 to the last state (selective_scan takes no initial state,
+        as mamba_ssm's does not)."""
+        B, L, _ = x.shape
+        if L == 0:
+            return torch.zeros_like(x), state
+        A = -torch.exp(self.A_log.float())  # (di, N), as the forward
+        u, z = self.in_proj(x).chunk(2, dim=-1)  # (B, L, di) each
+        u = torch.cat([state["conv"], u], 1)  # the conv continues over the context's last inputs
+        conv = u[:, -(self.d_conv - 1):]
+        u = F.silu(causal_conv1d(u, self.conv1d.weight, self.conv1d.bias))[:, -L:]  # (B, L, di)
+        dt, Bs, Cs = self.x_proj(u).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
+        dt = F.linear(dt, self.dt_proj.weight)  # (B, L, di), bias in the scan
+        self.backend = selective_scan_backend(x)
+        y, last = selective_scan(*(t.transpose(1, 2) for t in (u, dt)), A, Bs.transpose(1, 2),
+                                 Cs.transpose(1, 2), self.D.float(), z=z.transpose(1, 2),
+                                 delta_bias=self.dt_proj.bias.float(), delta_softplus=True,
+                                 return_last_state=True, chunk_size=self.chunk_size)  # (B, di, L)
+        cdt = torch.promote_types(x.dtype, torch.float32)
+        delta = F.softplus(dt.to(cdt) + self.dt_proj.bias.to(cdt))  # (B, L, di)
+        carried = torch.cumsum(delta[..., None] * A.to(cdt), 1).exp() * state["h"].to(cdt)[:, None]  # (B, L, di, N)
+        y = y.transpose(1, 2) + (F.silu(z.to(cdt)) * torch.einsum("bldn,bln->bld", carried, Cs.to(cdt))).to(y.dtype)
+        last = last.to(cdt) + carried[:, -1]
+        return self.out_proj(y), {"h": last.to(state["h"].dtype), "conv": conv}
+
     def core_flops(self, B: int, L: int) -> float:
         # per (token, channel, state): exp(dt*A) 1, dt*B*x 2, h = dA*h + dBx 2, y += C*h 2.
         # All elementwise: FlopCounterMode, which counts matmuls and convolutions, sees none of it.

@@ -100,18 +100,42 @@ class Mamba2(Mixer):
                 rmsnorm_eps=self.norm_eps, outproj_weight=self.out_proj.weight, headdim=self.headdim,
                 ngroups=self.ngroups, norm_before_gate=False)
 
+        return self._scan(zxbcdt, A, None, None)[0]
+
+    def init_state(self, batch: int, device=None, dtype=None) -> dict:
+        """The SSM state (B, nheads, headdim, d_state) and the conv's last d_conv - 1 inputs."""
+        return {"S": torch.zeros(batch, self.nheads, self.headdim, self.d_state, device=device, dtype=dtype),
+                "conv": torch.zeros(batch, self.d_conv - 1, self.conv_dim, device=device, dtype=dtype)}
+
+    def prefill(self, u: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
+        """The chunked torch path (SSD with an initial state) over u after the state."""
+        if u.shape[1] == 0:  # the chunked scan needs a token
+            return torch.zeros_like(u), state
+        A = -torch.exp(self.A_log.to(torch.promote_types(self.A_log.dtype, torch.float32)))
+        y, S, conv = self._scan(self.in_proj(u), A, state["S"], state["conv"])
+        return y, {"S": S.to(state["S"].dtype), "conv": conv}
+
+    def _scan(self, zxbcdt: torch.Tensor, A: torch.Tensor, S0, conv0):
+        """The torch path from the input projection (B, L, ...) after a context with SSM
+        state S0 and conv inputs conv0 (None, None: no context); the states after it."""
+        L = zxbcdt.shape[1]
         z, xBC, dt = torch.split(zxbcdt, [self.d_inner, self.conv_dim, self.nheads], dim=-1)
-        xBC = F.silu(causal_conv1d(xBC, self.conv1d.weight, self.conv1d.bias))  # (B, L, conv_dim)
+        if conv0 is not None:  # the conv continues over the context's last inputs
+            xBC = torch.cat([conv0, xBC], 1)
+            conv0 = xBC[:, -(self.d_conv - 1):]
+        xBC = F.silu(causal_conv1d(xBC, self.conv1d.weight, self.conv1d.bias))[:, -L:]  # (B, L, conv_dim)
         x, B, C = torch.split(xBC, [self.d_inner, self.ngroups * self.d_state,
                                     self.ngroups * self.d_state], dim=-1)
         self.backend = ssd_backend(x)
-        y = ssd_scan(
+        out = ssd_scan(
             x.unflatten(-1, (self.nheads, self.headdim)), dt, A,
             B.unflatten(-1, (self.ngroups, self.d_state)), C.unflatten(-1, (self.ngroups, self.d_state)),
             chunk_size=self.chunk_size, D=self.D, dt_bias=self.dt_bias, dt_softplus=True,
-        )  # (B, L, nheads, headdim)
+            initial_states=S0, return_final_states=S0 is not None,
+        )  # (B, L, nheads, headdim), and the final state when asked
+        y, S = out if S0 is not None else (out, None)
         y = gated_rmsnorm(y.flatten(-2), z, self.norm_weight, self.norm_eps, self.ngroups)
-        return self.out_proj(y)
+        return self.out_proj(y), S, conv0
 
     def core_flops(self, B: int, L: int) -> float:
         # SSD as chunked linear attention: d_state-wide scores shared by each group's heads,

@@ -35,11 +35,11 @@ from ..ops.rwkv6 import rwkv6_backend
 from .base import Mixer, check_divisible, check_positive, chunked_linear_attention_flops
 
 
-def rope(x: torch.Tensor) -> torch.Tensor:
-    """Rotary positions on (B, H, L, K), K even, rotate-half convention, base 10000."""
+def rope(x: torch.Tensor, start: int = 0) -> torch.Tensor:
+    """Rotary positions start.. on (B, H, L, K), K even, rotate-half convention, base 10000."""
     L, K = x.shape[-2:]
     inv_freq = 10000.0 ** -(torch.arange(0, K, 2, device=x.device, dtype=torch.float32) / K)
-    angle = torch.arange(L, device=x.device, dtype=torch.float32)[:, None] * inv_freq  # (L, K/2)
+    angle = torch.arange(start, start + L, device=x.device, dtype=torch.float32)[:, None] * inv_freq  # (L, K/2)
     cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
@@ -72,19 +72,37 @@ class RetNet(Mixer):
         return torch.log1p(-(2.0 ** (-5 - h)))  # (H,)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._retain(x, None, 0)[0]
+
+    def init_state(self, batch: int, device=None, dtype=None) -> dict:
+        """One (D/H) x (expand_v D/H) matrix per head, and the tokens seen (rotary positions)."""
+        K = self.d_model // self.n_heads
+        S = torch.zeros(batch, self.n_heads, K, self.expand_v * K, device=device, dtype=dtype)
+        return {"S": S, "seen": 0}
+
+    def prefill(self, x: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
+        if x.shape[1] == 0:  # the chunked scan needs a token
+            return torch.zeros_like(x), state
+        y, S = self._retain(x, state["S"], state["seen"])
+        return y, {"S": S.to(state["S"].dtype), "seen": state["seen"] + x.shape[1]}
+
+    def _retain(self, x: torch.Tensor, S0, start: int):
+        """The update for x (B, L, D) after ``start`` tokens whose state is S0 (None: none),
+        and the state after x."""
         B, L, D = x.shape
         H = self.n_heads
 
         def heads(t):  # (B, L, H*X) -> (B, H, L, X)
             return t.view(B, L, H, -1).transpose(1, 2)
 
-        q, k = rope(heads(self.q_proj(x))), rope(heads(self.k_proj(x)))
+        q, k = rope(heads(self.q_proj(x)), start), rope(heads(self.k_proj(x)), start)
         v = heads(self.v_proj(x))
         self.backend = rwkv6_backend(x)
         # the default scale K^-0.5 is torchscale's key scaling
-        y, _ = retention(q, k, v, self.log_gamma(x.device), chunk_size=self.chunk_size)
+        y, S = retention(q, k, v, self.log_gamma(x.device), initial_state=S0, output_final_state=S0 is not None,
+                         chunk_size=self.chunk_size)
         y = self.group_norm(y.transpose(1, 2).reshape(B * L, -1)).view(B, L, -1)
-        return self.out_proj(F.silu(self.g_proj(x)) * y)
+        return self.out_proj(F.silu(self.g_proj(x)) * y), S
 
     def core_flops(self, B: int, L: int) -> float:
         # retention on the chunked linear-attention core: keys D/H wide, values expand_v times that

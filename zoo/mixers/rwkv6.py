@@ -75,9 +75,27 @@ class RWKV6(Mixer):
         self.ln_x = nn.GroupNorm(self.n_heads, D, eps=64e-5)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._mix(x, None, None)[0]
+
+    def init_state(self, batch: int, device=None, dtype=None) -> dict:
+        """The per-head K x K matrix state and the previous token (for the shift)."""
+        K = self.head_size
+        return {"S": torch.zeros(batch, self.n_heads, K, K, device=device, dtype=dtype),
+                "prev": torch.zeros(batch, 1, self.d_model, device=device, dtype=dtype)}
+
+    def prefill(self, x: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
+        if x.shape[1] == 0:  # the chunked scan needs a token
+            return torch.zeros_like(x), state
+        y, S = self._mix(x, state["S"], state["prev"])
+        return y, {"S": S.to(state["S"].dtype), "prev": x[:, -1:]}
+
+    def _mix(self, x: torch.Tensor, S0, prev):
+        """The update for x (B, L, D) after a context with matrix state S0 and last token
+        prev (B, 1, D) (None, None: no context), and the matrix state after x."""
         B, L, D = x.shape
         H, K = self.n_heads, self.head_size
-        dx = F.pad(x, (0, 0, 1, -1)) - x  # x_{t-1} - x_t, zero state before t = 0
+        before = F.pad(x, (0, 0, 1, -1)) if prev is None else torch.cat([prev, x[:, :-1]], 1)
+        dx = before - x  # x_{t-1} - x_t, zero state before t = 0
         xx = x + dx * self.time_maa_x
         mix = torch.tanh(xx @ self.time_maa_w1).view(B, L, 5, -1)  # (B, L, 5, R)
         mix = torch.einsum("blfr,frd->fbld", mix, self.time_maa_w2)  # (5, B, L, D)
@@ -93,10 +111,11 @@ class RWKV6(Mixer):
 
         self.backend = rwkv6_backend(x)
         # RWKV does not scale the receptance (scale=1): GroupNorm takes care of the size.
-        y, _ = rwkv6_scan(heads(r), heads(k), heads(v), heads(w), self.time_faaaa,
-                          scale=1.0, chunk_size=self.chunk_size)  # (B, H, L, K)
+        y, S = rwkv6_scan(heads(r), heads(k), heads(v), heads(w), self.time_faaaa, scale=1.0,
+                          initial_state=S0, output_final_state=S0 is not None,
+                          chunk_size=self.chunk_size)  # (B, H, L, K)
         y = self.ln_x(y.transpose(1, 2).reshape(B * L, D)).view(B, L, D)
-        return self.output(y * g)
+        return self.output(y * g), S
 
     def core_flops(self, B: int, L: int) -> float:
         # The low-rank ddlerp and decay matrices (plain Parameters, not nn.Linear: counted
