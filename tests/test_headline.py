@@ -85,6 +85,8 @@ def test_lr_bracket_compares_the_rates_on_their_shared_seeds():
     lines = lr_bracket(frame).splitlines()
     assert lines[0] == "| model | seeds | lr 0.0005 | lr 0.001 | lr 0.002 |"
     assert lines[2:] == ["| g | 0 | 130.0 | **120.0** | 125.0 |"]  # seed 1 ran at one rate only; a, w at one
+    # before any model has a second rate there is nothing to compare: no header-only table
+    assert lr_bracket(frame[frame["label"] != "g"]).startswith("*No model")
 
 
 def test_published_gaps_pair_each_sources_first_values():

@@ -110,6 +110,8 @@ def lr_bracket(frame: pd.DataFrame) -> str:
         cells = [("–" if lr not in means else f"**{means[lr]:.1f}**" if lr == means.idxmin() else f"{means[lr]:.1f}")
                  for lr in lrs]
         lines.append([label, ", ".join(map(str, shared)), *cells])
+    if not lines:
+        return "*No model has run at more than one learning rate yet.*"
     header = ["model", "seeds", *(f"lr {lr:g}" for lr in lrs)]
     return markdown_table(header, lines, ["---", "---"] + ["---:"] * len(lrs))
 
