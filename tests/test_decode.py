@@ -42,21 +42,27 @@ def floats(state: dict) -> int:
     return sum(v.numel() for v in state.values() if torch.is_tensor(v))
 
 
-@pytest.mark.parametrize("prompt", PROMPTS)
-@pytest.mark.parametrize("name", STEPPED)
-def test_step_form_equals_the_parallel_form_in_float64(name, prompt):
-    m = build(name, torch.float64)
-    x = torch.randn(B, L, D, dtype=torch.float64)
+def assert_steps_match(m: zoo.Mixer, prompt: int) -> None:
+    """The harness: float64, prefill ``prompt`` tokens and step the rest; outputs, the final
+    state and its size against the parallel forward. Any mixer (tests/test_toy_mixer.py's too)."""
+    m = m.to(torch.float64).eval()
+    x = torch.randn(B, L, m.d_model, dtype=torch.float64)
     with torch.no_grad():
         want = m(x)
         got, state = decode(m, x, prompt)
+        # the state after the whole sequence is the one a prefill of all of it leaves
+        _, whole = m.prefill(x, m.init_state(B, dtype=torch.float64))
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
-    # the state after the whole sequence is the one a prefill of all of it leaves
-    _, whole = m.prefill(x, m.init_state(B, dtype=torch.float64))
     for key, value in whole.items():
         if torch.is_tensor(value):
             torch.testing.assert_close(state[key], value, rtol=1e-10, atol=1e-10)
     assert floats(state) == B * m.state_size(L)
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+@pytest.mark.parametrize("name", STEPPED)
+def test_step_form_equals_the_parallel_form_in_float64(name, prompt):
+    assert_steps_match(build(name, torch.float64), prompt)
 
 
 @pytest.mark.parametrize("name", STEPPED)
@@ -101,3 +107,84 @@ def test_a_future_pairing_has_no_step_form():
     m = mixer_class("grassmann")(D, pairing="future")
     with pytest.raises(NotImplementedError, match="reads later tokens"):
         m.init_state(1)
+
+
+# ---- the whole LM: every layer its own state, positions carried, hybrids included ----
+
+LMS = {name: {"mixer": name, "mixer_options": OPTIONS.get(name, {})} for name in STEPPED}
+LMS["grassmann+attention"] = {**LMS["grassmann"], "hybrid": {"mixer": "attention", "every": 2,
+                                                             "options": OPTIONS["attention"]}}
+LMS["gated_deltanet+attention"] = {**LMS["gated_deltanet"], "hybrid": {"mixer": "attention", "every": 2,
+                                                                       "options": OPTIONS["attention"]}}
+VOCAB = 61
+
+
+def build_lm(name: str, block: str = "postnorm") -> zoo.LM:
+    """Two layers, learned positions (so the decode must carry the position) and the
+    paper's post-LN block by default, dropout on (generate and eval must switch it off)."""
+    cfg = zoo.ModelConfig(vocab_size=VOCAB, d_model=D, n_layers=2, max_len=64, block=block, dropout=0.1,
+                          **LMS[name])
+    return zoo.build_model(cfg, seed=0).to(torch.float64).eval()
+
+
+def lm_decode(lm: zoo.LM, tokens: torch.Tensor, prompt: int) -> tuple[torch.Tensor, dict]:
+    state = lm.init_state(tokens.shape[0], dtype=torch.float64)
+    logits, state = lm.prefill(tokens[:, :prompt], state)
+    out = [logits]
+    for t in range(prompt, tokens.shape[1]):
+        step, state = lm.step(tokens[:, t], state)
+        out.append(step[:, None])
+    return torch.cat(out, 1), state
+
+
+@pytest.mark.parametrize("block", ("postnorm", "prenorm"))
+@pytest.mark.parametrize("name", sorted(LMS))
+def test_lm_prefill_then_steps_equal_the_parallel_logits(name, block):
+    lm = build_lm(name, block)
+    tokens = torch.randint(VOCAB, (B, L))
+    with torch.no_grad():
+        want = lm(tokens)
+        for prompt in (0, 7, 17):
+            got, state = lm_decode(lm, tokens, prompt)
+            torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
+    assert state["pos"] == L
+    assert sum(floats(layer) for layer in state["layers"]) == B * lm.state_size(L)
+
+
+@pytest.mark.parametrize("name", sorted(LMS))
+def test_greedy_generation_is_the_parallel_argmax(name):
+    """mamba_ssm's check: each generated token is the argmax of the parallel forward over
+    the sequence generated so far."""
+    lm = build_lm(name)
+    prompt = torch.randint(VOCAB, (B, 5))
+    out = zoo.generate(lm, prompt, new_tokens=L - 5)
+    assert out.shape == (B, L) and torch.equal(out[:, :5], prompt)
+    with torch.no_grad():
+        want = lm(out[:, :-1]).argmax(-1)[:, 4:]  # (B, L - 5): the prediction after each position from 4 on
+    assert torch.equal(out[:, 5:], want)
+
+
+def test_sampling_is_seeded_and_top_k_1_is_greedy():
+    lm = build_lm("grassmann+attention")
+    prompt = torch.randint(VOCAB, (B, 3))
+    draw = lambda **kw: zoo.generate(lm, prompt, new_tokens=20, temperature=1.0, **kw)  # noqa: E731
+    torch.manual_seed(1)
+    a = draw(seed=7)
+    torch.manual_seed(2)  # the global RNG does not enter
+    assert torch.equal(draw(seed=7), a)
+    assert not torch.equal(draw(seed=8), a)
+    assert torch.equal(draw(seed=8, top_k=1), zoo.generate(lm, prompt, new_tokens=20))
+    # top-k keeps every draw among the k likeliest next tokens
+    with torch.no_grad():
+        out = draw(seed=3, top_k=3)
+        logits = lm(out[:, :-1])[:, 2:]  # (B, 20, V)
+    allowed = logits.topk(3, -1).indices
+    assert (allowed == out[:, 3:, None]).any(-1).all()
+
+
+def test_generate_refuses_an_empty_prompt_and_positions_past_the_table():
+    lm = build_lm("attention")
+    with pytest.raises(ValueError, match="prompt must be"):
+        zoo.generate(lm, torch.zeros(1, 0, dtype=torch.long), 3)
+    with pytest.raises(ValueError, match="exceeds max_len=64"):
+        zoo.generate(lm, torch.zeros(1, 60, dtype=torch.long), 10)

@@ -20,6 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import test_decode as decode_harness  # the step-form harness
 import test_mixers as harness  # the shared harness (tests/ is on sys.path under pytest)
 import zoo
 from sweeps.cli import main as cli
@@ -54,16 +55,29 @@ class ToyConv(zoo.Mixer):
         self.out = nn.Linear(d_model, d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, L, D = x.shape
-        h = self.proj(x).view(B, L, self.n_heads, D // self.n_heads)  # (B, L, H, D/H)
         # left padding by width - 1: window t holds tokens t-width+1 .. t, never a later one
-        win = F.pad(h, (0, 0, 0, 0, self.width - 1, 0)).unfold(1, self.width, 1)  # (B, L, H, D/H, width)
-        y = torch.einsum("blhdw,hw->blhd", win, self.taps.to(h.dtype))
         self.backend = "torch"
-        return self.out(F.silu(y).reshape(B, L, D))
+        return self._conv(F.pad(self.proj(x), (0, 0, self.width - 1, 0)))
+
+    def _conv(self, h: torch.Tensor) -> torch.Tensor:
+        """h (B, width - 1 + L, D): the width - 1 tokens before the L outputs' first, then theirs."""
+        B, T, D = h.shape
+        if T < self.width:  # no output (an empty prefill): unfold needs one whole window
+            return h[:, :0]
+        win = h.view(B, T, self.n_heads, D // self.n_heads).unfold(1, self.width, 1)  # (B, L, H, D/H, width)
+        y = torch.einsum("blhdw,hw->blhd", win, self.taps.to(h.dtype))
+        return self.out(F.silu(y).reshape(B, -1, D))
 
     def state_size(self, seq_len: int) -> int:
         return (self.width - 1) * self.d_model  # the last width - 1 projected tokens
+
+    # its step form: the last width - 1 projected tokens, zeros before the start
+    def init_state(self, batch: int, device=None, dtype=None) -> dict:
+        return {"past": torch.zeros(batch, self.width - 1, self.d_model, device=device, dtype=dtype)}
+
+    def prefill(self, x: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
+        h = torch.cat([state["past"], self.proj(x)], 1)  # (B, width - 1 + L, D)
+        return self._conv(h), {"past": h[:, h.shape[1] - (self.width - 1):]}
 
 
 @pytest.fixture(autouse=True)
@@ -133,6 +147,12 @@ def test_harness_cases_cover_the_checks():
 
 
 # ------------------------------------------------------- scaling, FLOPs, training, sweep
+
+@pytest.mark.parametrize("prompt", decode_harness.PROMPTS)
+def test_step_form_by_the_decode_harness(prompt):
+    torch.manual_seed(0)
+    decode_harness.assert_steps_match(ToyConv(decode_harness.D, n_heads=4, width=3), prompt)
+
 
 def test_flops_by_the_base_default():
     B, L, D, width = 3, 16, 32, 3

@@ -160,12 +160,34 @@ class Block(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x):  # (B, L, D)
+        return self._residual(x, self.mixer)
+
+    def prefill(self, x: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
+        """The block over x (B, L, D), the tokens after ``state`` (its mixer's), in the
+        mixer's step form: (output, the mixer's state after them)."""
+        return self._stateful(x, state, self.mixer.prefill)
+
+    def step(self, x: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
+        """One token, x (B, D): norms and MLP act on the last axis alone, so the block's
+        formula is the same on a token as on a sequence."""
+        return self._stateful(x, state, self.mixer.step)
+
+    def _stateful(self, x, state, mix):
+        out = {}
+
+        def mixer(h):
+            y, out["state"] = mix(h, state)
+            return y
+        return self._residual(x, mixer), out["state"]
+
+    def _residual(self, x, mixer):
+        # the one place the block's formula is written: forward, prefill and step share it
         if self.prenorm:
-            x = x + self.drop(self.mixer(self.norm1(x)))
+            x = x + self.drop(mixer(self.norm1(x)))
             if self.mlp is not None:
                 x = x + self.mlp(self.norm2(x))
             return x
-        x = self.norm1(x + self.drop(self.mixer(x)))
+        x = self.norm1(x + self.drop(mixer(x)))
         if self.mlp is not None:
             x = self.norm2(x + self.mlp(x))
         return x
@@ -188,13 +210,14 @@ class LM(nn.Module):
             self.head.weight = self.tok.weight
         self.apply(_init_weights)
 
-    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        L = tokens.shape[1]
+    def embed(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """tokens (B, L) at positions start .. start + L - 1 -> (B, L, D)."""
+        end = start + tokens.shape[1]
         h = self.tok(tokens)  # (B, L, D)
         if self.pos is not None:
-            if L > self.cfg.max_len:
-                raise ValueError(f"sequence length {L} exceeds max_len={self.cfg.max_len} of learned positions")
-            h = h + self.pos(torch.arange(L, device=tokens.device))
+            if end > self.cfg.max_len:
+                raise ValueError(f"sequence length {end} exceeds max_len={self.cfg.max_len} of learned positions")
+            h = h + self.pos(torch.arange(start, end, device=tokens.device))
         return self.drop(h)
 
     def forward_embedded(self, h: torch.Tensor) -> torch.Tensor:
@@ -208,6 +231,30 @@ class LM(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.forward_embedded(self.embed(tokens))
+
+    # ---- the step (decode) form: each layer's mixer state, and the position reached ----
+
+    def init_state(self, batch: int, device=None, dtype=None) -> dict:
+        """The state of an empty context: {"pos": 0, "layers": [each mixer's state]}."""
+        return {"pos": 0, "layers": [b.mixer.init_state(batch, device, dtype) for b in self.blocks]}
+
+    def prefill(self, tokens: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
+        """tokens (B, L) that follow ``state`` -> (logits (B, L, V), the state after them)."""
+        h = self.embed(tokens, state["pos"])  # (B, L, D)
+        layers = []
+        for block, layer in zip(self.blocks, state["layers"]):
+            h, layer = block.prefill(h, layer)
+            layers.append(layer)
+        return self.head(self.norm_f(h)), {"pos": state["pos"] + tokens.shape[1], "layers": layers}
+
+    def step(self, token: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
+        """One token per sequence, (B,) -> (logits (B, V), the state after it)."""
+        h = self.embed(token[:, None], state["pos"])[:, 0]  # (B, D)
+        layers = []
+        for block, layer in zip(self.blocks, state["layers"]):
+            h, layer = block.step(h, layer)
+            layers.append(layer)
+        return self.head(self.norm_f(h)), {"pos": state["pos"] + 1, "layers": layers}
 
     def backends(self) -> dict[str, str]:
         """The implementation each layer's mixer ran in its last forward, e.g. {"0": "sdpa"}."""
