@@ -247,6 +247,52 @@ def plot_scaling(df: pd.DataFrame, out: Path) -> list[Path]:
     return paths
 
 
+# Decode measurements: the figure's file name, column and axis label
+DECODE_METRICS = {"time": ("ms_per_token", "time per generated token (ms)"),
+                  "memory": ("decode_mem_mb", "memory held while decoding (MB)")}
+
+
+def plot_decode(df: pd.DataFrame, out: Path) -> list[Path]:
+    """Time per generated token and the memory held while decoding, against the context
+    already in the state: one line per mixer, a panel per width (columns) and batch (rows).
+    A linear x axis, on which a cost that grows with the context is a rising straight line
+    and a fixed state a flat one; contexts at which a mixer ran out of memory or time are
+    marked along the top."""
+    if "task" not in df or "context" not in df:
+        return []
+    rows = _ok(df, "decode")
+    if rows.empty or "status" not in rows:
+        return []
+    for col in ("context", "batch"):
+        rows[col] = rows[col].astype(int)
+    hue = _hue(rows)
+    names = sorted(rows[hue].dropna().unique())
+    palette = dict(zip(names, sns.color_palette(n_colors=len(names))))
+    facets = {k: c for k, c in (("col", "d_model"), ("row", "batch")) if c in rows and rows[c].nunique() > 1}
+    failed = rows[rows["status"].isin(list(FAILED_POINT))]
+    paths = []
+    for name, (y, label) in DECODE_METRICS.items():
+        ok = rows[(rows["status"] == "ok") & rows[y].notna()] if y in rows else rows.iloc[0:0]
+        if ok.empty:
+            continue
+        g = sns.relplot(ok, kind="line", x="context", y=y, hue=hue, marker="o", errorbar=CI, hue_order=names,
+                        palette=palette, height=3.2, facet_kws={"sharey": False, "margin_titles": True}, **facets)
+        g.set(xlabel="context (tokens in the state)")
+        _log_y(g)
+        g.set_ylabels(label)
+        by = [facets[k] for k in ("row", "col") if k in facets]  # how seaborn keys a panel: (row, col)
+        for key, ax in g.axes_dict.items() if facets else [((), g.ax)]:
+            marks = failed
+            for column, value in zip(by, key if isinstance(key, tuple) else (key,)):
+                marks = marks[marks[column] == value]
+            top = ax.get_ylim()[1]
+            for (mixer, status), pts in marks.groupby([hue, "status"]):
+                ax.scatter(sorted(pts["context"].unique()), [top] * pts["context"].nunique(),
+                           marker=FAILED_POINT[status], s=60, color=palette[mixer], clip_on=False, zorder=5)
+        paths.append(_save(g.figure, out / f"decode_{name}_vs_context.png"))
+    return paths
+
+
 def plot_mad(df: pd.DataFrame, out: Path) -> Path | None:
     """MAD: each model's best-of-sweep accuracy per task (mean over the task's settings)
     beside its MAD score (the mean over the tasks, the published tables' Average), one bar
@@ -298,5 +344,5 @@ def plot_all(df: pd.DataFrame, out: str | Path, published: str | Path | None = N
     sns.set_theme(style="whitegrid", context="paper")
     paths = [plot_perplexity(df, out), *plot_lm_curves(df, out), plot_mqar(df, out), plot_mqar_state(df, out),
              plot_mad(df, out), plot_mad_published(df, out, read_published(published)),
-             *plot_scaling(df, out)]
+             *plot_scaling(df, out), *plot_decode(df, out)]
     return [p for p in paths if p is not None]

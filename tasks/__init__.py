@@ -19,6 +19,7 @@ from .engine.train import TrainConfig, TrainResult, train
 _REGISTRY = {
     "mqar": ("mqar.task", "MQARConfig"),
     "scaling": ("benchmarks.scaling", "ScalingConfig"),
+    "decode": ("benchmarks.decode", "DecodeConfig"),
     "wikitext2": ("wikitext2", "WikiText2Config"),
     "snli": ("snli.task", "SNLIConfig"),
     "mad": ("mad.task", "MADConfig"),

@@ -7,6 +7,8 @@ of a 2-core CPU, on real data.
   after their key), mamba2, retnet and the Grassmann mixer, d_model 64, one seed;
 - long-context scaling of every mixer alone, d_model 64, L = 256 .. 2048 at 4,096
   tokens per batch (forward and forward+backward);
+- the decode benchmark of the MQAR mixers, d_model 64, after contexts of 0, 512 and
+  2,048 tokens (16 timed steps each);
 - a short Wikitext-2 run (the ``tiny`` preset, 300k training tokens of the word-level
   data of ``$LINBENCH_DATA`` or ``../shared/data``, else the hub, in a WordPiece of 8,192
   pieces trained on its training split) of a TransformerLM and a parameter-matched
@@ -20,6 +22,7 @@ most of a smoke run compiling.
 import zoo
 from sweeps import RunConfig, local_data_dir, matched_models
 from tasks.mqar.task import MQARConfig
+from tasks.benchmarks.decode import DecodeConfig
 from tasks.benchmarks.scaling import ScalingConfig
 from tasks.wikitext2 import paper_model_config, preset_config
 
@@ -44,6 +47,12 @@ for mixer, options in SCALING.items():
     cfg = ScalingConfig(mixer=mixer, mixer_options=options, d_model=64, min_len=256, max_len=2048, tokens=4096,
                         warmup=1, repeats=3, **CPU)
     configs.append(RunConfig("scaling", cfg, label=mixer, alone=True))
+
+# Decode: time per generated token against the context, the same mixers at d_model 64
+for mixer, options in MQAR.items():
+    cfg = DecodeConfig(mixer=mixer, mixer_options=options, d_model=64, contexts=(0, 512, 2048), new_tokens=16,
+                       warmup=2, bandwidth_mb=128, **CPU)
+    configs.append(RunConfig("decode", cfg, label=mixer, alone=True))
 
 # Wikitext-2: the tiny preset on a WordPiece of 8,192 pieces (a 33k-word softmax would
 # take most of the budget), 300k training tokens, scored on 16k validation/test tokens

@@ -106,7 +106,7 @@ def build(cfg: ScalingConfig, seq_len: int) -> nn.Module:
     return zoo.build_model(model_cfg)
 
 
-def _backend(module: nn.Module) -> str:
+def module_backend(module: nn.Module) -> str:
     names = sorted({m.backend for m in module.modules() if isinstance(m, zoo.Mixer)})
     return "+".join(names)
 
@@ -149,7 +149,7 @@ def measure_point(cfg: dict, seq_len: int, meter, deadline):
     module, steps = make_steps(cfg, seq_len)
     for name in cfg.passes:
         t = measure(steps[name], cfg.warmup, cfg.repeats, cfg.resolve_device(), deadline)
-        yield {"pass": name, **t, "peak_mem_mb": meter.peak_mb(), "backend": _backend(module)}
+        yield {"pass": name, **t, "peak_mem_mb": meter.peak_mb(), "backend": module_backend(module)}
 
 
 def run(cfg: ScalingConfig, workdir: Path | None = None, progress: bool = True) -> dict:

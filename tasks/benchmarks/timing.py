@@ -90,6 +90,14 @@ def _proc_status_kb(field: str) -> int | None:
     return None
 
 
+def _reset_peak_rss() -> None:
+    try:  # "5" resets the peak RSS to the current RSS (Linux >= 4.0)
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
 class MemoryMeter:
     """Peak memory of one point, in MiB, counted from ``start()``. On CPU it is only
     meaningful in a fresh process (freed memory stays in the allocator's caches, so a
@@ -106,12 +114,19 @@ class MemoryMeter:
             torch.cuda.reset_peak_memory_stats(self.device)
             self.base = torch.cuda.memory_allocated(self.device)
             return
-        try:  # "5" resets the peak RSS to the current RSS (Linux >= 4.0)
-            with open("/proc/self/clear_refs", "w") as f:
-                f.write("5")
-        except OSError:
-            pass
+        _reset_peak_rss()
         self.base = _proc_status_kb("VmRSS") or 0
+
+    def restart_peak(self) -> None:
+        """Track the peak afresh from here, still counted from ``start()``'s base: the
+        peak of a later phase (a decode after its prefill) apart from the earlier one's."""
+        if not self.enabled:
+            return
+        if self.device.type == "cuda":
+            _sync(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            return
+        _reset_peak_rss()
 
     def peak_mb(self) -> float | None:
         if not self.enabled:

@@ -33,7 +33,7 @@ from zoo.mixers import check_mixer
 
 from ..engine.cli import parse_mixers, write_csv
 from ..engine.runs import environment
-from .scaling import _backend
+from .scaling import module_backend
 from .timing import measure, run_point
 
 # (seq_len, d_model, batch); the last two keep the 16,384 tokens per batch of L 256 x 64
@@ -118,7 +118,7 @@ def measure_step(model: dict, batch: int, seed: int, warmup: int, repeats: int, 
         opt.step()
         opt.zero_grad(set_to_none=True)  # as training does: no zero-fill of the grads
 
-    yield {**measure(step, warmup, repeats, "cpu", deadline), "backend": _backend(lm)}
+    yield {**measure(step, warmup, repeats, "cpu", deadline), "backend": module_backend(lm)}
     if profile:  # where the time goes: after the timed steps, so the profiler skews none
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             step()

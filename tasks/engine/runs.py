@@ -73,10 +73,24 @@ def model_metadata(model: zoo.LM, seq_len: int) -> dict:
 
 
 def environment(device: torch.device, amp: bool) -> dict:
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     bf16 = device.type == "cuda" and amp
     return {"device": device.type, "device_name": name, "dtype": "bfloat16" if bf16 else "float32",
             "torch": torch.__version__}
+
+
+def cpu_name() -> str:
+    """The CPU's model name and the wide-vector features that change CPU timings several
+    fold (bf16 matmuls on AMX), e.g. "Intel(R) Xeon(R) Processor [avx512f, amx_bf16]":
+    CPU times compare only within one machine, so every record says which it was."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or "cpu"
+    fields = dict(line.split(":", 1) for line in info.splitlines()[:40] if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    features = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in fields.get("flags", "").split()]
+    return f"{fields.get('model name', platform.processor() or 'cpu')} [{', '.join(features) or 'no avx2'}]"
 
 
 def _git(*args) -> str | None:
