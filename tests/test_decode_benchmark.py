@@ -14,7 +14,7 @@ from results.records import records_frame
 from tasks import TASKS
 from tasks.benchmarks.decode import DecodeConfig, main, run, to_batch
 
-TINY = dict(d_model=32, contexts=(0, 16, 64), new_tokens=3, warmup=1, device="cpu", isolate=False, bandwidth_mb=8)
+TINY = dict(d_model=32, contexts=(0, 64, 160), new_tokens=3, warmup=1, device="cpu", isolate=False, bandwidth_mb=8)
 OPTIONS = {"attention": {"n_heads": 2}, "sliding_window": {"n_heads": 2, "window": 8},
            "grassmann": {"r": 4, "offsets": (1, 2)}, "mamba2": {"headdim": 16}}
 

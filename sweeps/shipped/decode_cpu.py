@@ -1,8 +1,8 @@
 """The decode benchmark on a CPU: what one generated token costs after a context of
 0 to 16,384 tokens, for every zoo mixer alone at d_model 256 and 1,024, batch 1 and 16,
 float32, one thread. Each point prefills its context, then times 64 decode steps; the
-memory bandwidth of a 512 MiB copy, measured in the same run, sets the limit each step is
-read against (tasks.benchmarks.decode).
+read bandwidth of a matrix-vector product over 512 MiB, measured in the same run, sets the
+limit each step is read against (tasks.benchmarks.decode).
 
 Every mixer at its zoo defaults (the Grassmann mixer's offsets 1-16 and r = 32; a
 16-token window): the comparison is of the architectures as shipped, at equal width,

@@ -7,8 +7,9 @@ form (``prefill``, the parallel form), then times ``new_tokens`` decode steps on
 (``step``), and records the median time per token (p20/p80), tokens/s, the state's bytes,
 the memory held while decoding, and the fraction of the machine's memory bandwidth the
 step reaches. A decode step must at least read every weight and the whole state once, so
-(weights + state bytes) / step time, over the bandwidth of a large copy measured in the
-same run, says how close to that limit the step runs.
+(weights + state bytes) / step time, over the read bandwidth of a large matrix-vector
+product measured in the same run, says how close to that limit the step runs (above 1:
+weights or state served from cache).
 
 The context is prefilled for one sequence and copied to the batch: a step costs the
 same whatever the values in its state, and prefilling a batch of 16k-token contexts
@@ -63,7 +64,7 @@ class DecodeConfig(StrictConfig):
     mem_cap_mb: float | None = None  # per point, on top of the runtime's own footprint
     isolate: bool = True  # each point in a fresh child process (needed for CPU memory)
     stop_after_failure: bool = True  # after oom/timeout at c, longer contexts are "skipped"
-    bandwidth_mb: int = 512  # the copy that measures the memory bandwidth
+    bandwidth_mb: int = 512  # the matrix that measures the read bandwidth
 
     def __post_init__(self):
         own = "DecodeConfig"
@@ -159,12 +160,14 @@ def measure_point(cfg: dict, context: int, meter, deadline):
 
 
 def measure_bandwidth(device: torch.device, mb: int = 512, repeats: int = 5) -> float:
-    """The machine's memory bandwidth in GB/s at this process's thread count: the median
-    of ``repeats`` copies of ``mb`` MiB (a copy reads and writes each byte: 2x its size)."""
-    src = torch.ones(mb * 2 ** 18, device=device)  # float32: 4 bytes each
-    dst = torch.empty_like(src)
-    t = measure(lambda: dst.copy_(src), warmup=1, repeats=repeats, device=device)
-    return 2 * src.numel() * 4 / (t["median_ms"] / 1e3) / 1e9
+    """The machine's read bandwidth in GB/s at this process's thread count: the median of
+    ``repeats`` matrix-vector products over an ``mb`` MiB matrix, far larger than any
+    cache. A matrix-vector product reads each weight once, as a decode step does (on this
+    project's CPUs it streams faster than a sum or a copy of the same bytes)."""
+    weights = torch.ones(mb * 2 ** 8, 1024, device=device)  # float32: 4 KiB a row
+    x = torch.ones(1024, device=device)
+    t = measure(lambda: weights @ x, warmup=1, repeats=repeats, device=device)
+    return weights.numel() * 4 / (t["median_ms"] / 1e3) / 1e9
 
 
 def run(cfg: DecodeConfig, workdir: Path | None = None, progress: bool = True) -> dict:

@@ -107,30 +107,44 @@ class Attention(Mixer):
             y = y.transpose(1, 2)  # (B, L, H, Dh)
         return self.out(y.reshape(B, L, D))
 
+    # The KV cache grows by whole blocks of CACHE_BLOCK positions and a step writes its key
+    # and value into the room left, in place: appending by torch.cat would copy the whole
+    # cache at every token, tripling a step's memory traffic at long contexts.
+    CACHE_BLOCK = 64
+
     def init_state(self, batch: int, device=None, dtype=None) -> dict:
-        """The KV cache, (B, H, T, Dh) each (T = 0 here), and the tokens seen so far."""
+        """The KV cache, (B, H, capacity, Dh) each, its first ``seen`` positions filled
+        (capacity 0 here); the window keeps its last ``window`` keys and values instead."""
         H = self.n_heads
         empty = torch.zeros(batch, H, 0, self.d_model // H, device=device, dtype=dtype)
         return {"k": empty, "v": empty.clone(), "seen": 0}
 
     def prefill(self, x: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
         """x's queries attend to the cache and to x itself, causally (and within the
-        window); the cache then keeps every key and value (the window: its last ``window``)."""
+        window). The full cache is written in place: the state passed in is consumed."""
         B, L, D = x.shape
         H, T0 = self.n_heads, state["seen"]
         q, k, v = self.qkv(x).view(B, L, 3, H, D // H).unbind(2)  # each (B, L, H, Dh)
         q, k = rotary(q, self.rotary, start=T0), rotary(k, self.rotary, start=T0)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, L, Dh)
-        keys, values = torch.cat([state["k"], k], 2), torch.cat([state["v"], v], 2)  # (B, H, T + L, Dh)
-        first = T0 + L - keys.shape[2]  # absolute position of the first cached key
-        t = torch.arange(T0, T0 + L, device=x.device)[:, None]  # (L, 1) query positions
-        s = torch.arange(first, T0 + L, device=x.device)[None, :]  # (1, T + L) key positions
-        mask = (s <= t) if self.window is None else (s <= t) & (s >= t - self.window)
-        y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (B, H, L, Dh)
+        if self.window is None:
+            k_cache, v_cache = _append(state["k"], k, T0, self.CACHE_BLOCK), _append(state["v"], v, T0, self.CACHE_BLOCK)
+            keys, values = k_cache[:, :, :T0 + L], v_cache[:, :, :T0 + L]  # (B, H, T0 + L, Dh)
+        else:
+            keys, values = torch.cat([state["k"], k], 2), torch.cat([state["v"], v], 2)  # (B, H, T + L, Dh)
+            k_cache, v_cache = keys[:, :, -self.window:], values[:, :, -self.window:]
+        if self.window is None and (L == 1 or T0 == 0):
+            # one query sees every cached key; a prompt from an empty cache is the plain
+            # causal case (SDPA's fused kernel, no L x L mask in memory)
+            y = F.scaled_dot_product_attention(q, keys, values, is_causal=L > 1)  # (B, H, L, Dh)
+        else:
+            first = T0 + L - keys.shape[2]  # absolute position of the first key
+            t = torch.arange(T0, T0 + L, device=x.device)[:, None]  # (L, 1) query positions
+            s = torch.arange(first, T0 + L, device=x.device)[None, :]  # (1, keys) key positions
+            mask = (s <= t) if self.window is None else (s <= t) & (s >= t - self.window)
+            y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (B, H, L, Dh)
         self.backend = "sdpa"
-        if self.window is not None:
-            keys, values = keys[:, :, -self.window:], values[:, :, -self.window:]
-        return self.out(y.transpose(1, 2).reshape(B, L, D)), {"k": keys, "v": values, "seen": T0 + L}
+        return self.out(y.transpose(1, 2).reshape(B, L, D)), {"k": k_cache, "v": v_cache, "seen": T0 + L}
 
     def core_flops(self, B: int, L: int) -> float:
         # FlashAttention's benchmark formula: q.k and p.v, causal attention doing half the
@@ -141,7 +155,8 @@ class Attention(Mixer):
         return 4 * B * pairs * self.d_model  # q.k and p.v: 2 FLOPs per pair per channel each
 
     def state_size(self, seq_len: int) -> int:
-        return 2 * self.d_model * seq_len  # the KV cache grows with L
+        # the KV cache grows with L, by whole blocks (none of the zoo's lengths is off a block)
+        return 2 * self.d_model * -(-seq_len // self.CACHE_BLOCK) * self.CACHE_BLOCK
 
 
 class SlidingWindowAttention(Attention):
@@ -161,3 +176,16 @@ class SlidingWindowAttention(Attention):
     def state_size(self, seq_len: int) -> int:
         # the last `window` keys and values: with the current token's, what a query sees
         return 2 * self.d_model * min(seq_len, self.window)
+
+
+def _append(cache: torch.Tensor, new: torch.Tensor, seen: int, block: int) -> torch.Tensor:
+    """cache (B, H, capacity, Dh), its first ``seen`` positions filled, with new (B, H, L, Dh)
+    written after them, in place; with too little room, first moved to a zeroed cache of
+    the next whole number of blocks."""
+    need = seen + new.shape[2]
+    if cache.shape[2] < need:
+        grown = cache.new_zeros(*cache.shape[:2], -(-need // block) * block, cache.shape[3])
+        grown[:, :, :seen] = cache[:, :, :seen]
+        cache = grown
+    cache[:, :, seen:need] = new
+    return cache

@@ -57,8 +57,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..ops import fastpath
-from ..ops.grassmann import (fused_backend, grassmann_features, grassmann_features_compiled,
-                             grassmann_features_factored, grassmann_features_fused, triton)
+from ..ops.grassmann import (bias_scale, combine_partners, fused_backend, grassmann_features,
+                             grassmann_features_compiled, grassmann_features_factored, grassmann_features_fused,
+                             plucker, triton)
 from ..ops.fastpath import fastest
 from .base import Mixer, check_choice
 
@@ -142,6 +143,20 @@ class Grassmann(Mixer):
         z = torch.cat([state["z"], self.w_red(h)], 1)  # (B, T + L, r)
         g = self._features(z)[:, -L:]  # (B, L, D)
         return self._update(h, g), {"z": z[:, -max(self.offsets):]}
+
+    def step(self, h: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
+        """One token, h (B, D): identity 1 on the window gives the token's combined partner
+        W_t, and g_t = W_plü (z_t ∧ W_t) + b_plü, its 496 Plücker coordinates projected
+        once. The same function as the forward; a whole-window ``_features`` would redo
+        every cached token's features and rebuild the (r, r, D) bilinear weight for one
+        output."""
+        z = torch.cat([state["z"], self.w_red(h)[:, None]], 1)  # (B, T + 1, r): the window, the token last
+        zc = z.float() if z.dtype in (torch.float16, torch.bfloat16) else z  # the norms in fp32 at least
+        W = combine_partners(zc, self.offsets, "past", self.normalize, self.eps, self.aggregate)[:, -1]  # (B, r)
+        g = F.linear(plucker(z[:, -1], W.to(z.dtype)), self.w_plu.weight)  # (B, D)
+        scale = bias_scale(z.shape[1], self.offsets, "past", self.aggregate, z.device, z.dtype)[-1]  # (1,)
+        self.backend = "plucker_step"
+        return self._update(h, g + scale * self.w_plu.bias), {"z": z[:, -max(self.offsets):]}
 
     # impl="auto": the fastest exact implementation, measured (forward, plus backward
     # when gradients are on) on the first input of each shape bucket in this process:
