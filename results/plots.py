@@ -17,7 +17,8 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
-from results.stats import best_over_lr, mad_scores, published_mad_by_mixer, read_published, tried_runs  # noqa: E402
+from results.stats import (best_over_lr, mad_scores, position_curves, published_mad_by_mixer, read_published,  # noqa: E402
+                           tried_runs)
 
 CI = ("ci", 95)
 # Scaling measurements by the names a record may use for them, with their axis label.
@@ -293,6 +294,26 @@ def plot_decode(df: pd.DataFrame, out: Path) -> list[Path]:
     return paths
 
 
+def plot_extrapolation(df: pd.DataFrame, out: Path) -> Path | None:
+    """Validation perplexity by position on the longest contexts read (8x the training
+    length, say): one line per model, a point per bucket of training-length positions; the
+    dashed line marks the training length."""
+    curves = position_curves(df)
+    if curves.empty:
+        return None
+    longest = curves[curves["factor"] == curves["factor"].max()]
+    fig, ax = plt.subplots(figsize=(5.6, 3.6))
+    sns.lineplot(longest, x="position", y="ppl", hue="label", marker="o", errorbar=CI, ax=ax)
+    seq_len = int(longest.loc[longest["bucket"] == 1, "position"].iloc[0]) if (longest["bucket"] == 1).any() else None
+    if seq_len:
+        ax.axvline(seq_len, color="0.5", ls="--", lw=0.8)
+    ax.set(xlabel="position in the context (first of each bucket)", ylabel="validation perplexity")
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.legend(fontsize=7, bbox_to_anchor=(1.02, 1), loc="upper left")
+    return _save(fig, out / "wikitext2_ppl_by_position.png")
+
+
 def plot_mad(df: pd.DataFrame, out: Path) -> Path | None:
     """MAD: each model's best-of-sweep accuracy per task (mean over the task's settings)
     beside its MAD score (the mean over the tasks, the published tables' Average), one bar
@@ -344,5 +365,5 @@ def plot_all(df: pd.DataFrame, out: str | Path, published: str | Path | None = N
     sns.set_theme(style="whitegrid", context="paper")
     paths = [plot_perplexity(df, out), *plot_lm_curves(df, out), plot_mqar(df, out), plot_mqar_state(df, out),
              plot_mad(df, out), plot_mad_published(df, out, read_published(published)),
-             *plot_scaling(df, out), *plot_decode(df, out)]
+             *plot_scaling(df, out), *plot_decode(df, out), plot_extrapolation(df, out)]
     return [p for p in paths if p is not None]

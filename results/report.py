@@ -154,31 +154,45 @@ def mad_published_section(published: pd.DataFrame) -> str:
             + markdown_table(["model", "average", *tasks], body))
 
 
-def scaling_section(rows: pd.DataFrame) -> str:
-    """One table per measurement: a row per mixer and pass, a column per length; a
-    point that could not be measured shows its status (oom, timeout, skipped)."""
+# Benchmarks whose records hold points: (the point's axis and its column title, the keys
+# that tell rows apart, the measurements with their table titles)
+POINT_TABLES = {
+    "scaling": (("seq_len", "L"), ("label", "pass"),
+                (("median_ms", "median latency (ms)"), ("peak_mem_mb", "peak memory (MB)"))),
+    "decode": (("context", "context"), ("label", "d_model", "batch"),
+               (("ms_per_token", "median time per generated token (ms)"),
+                ("decode_mem_mb", "memory held while decoding (MB)"),
+                ("bandwidth_fraction", "fraction of the read bandwidth a step reaches"))),
+}
+
+
+def points_section(rows: pd.DataFrame, task: str) -> str:
+    """One table per measurement of a benchmark with points: a row per key (mixer and
+    pass, or mixer, width and batch), a column per point; a point that could not be
+    measured shows its status (oom, timeout, skipped)."""
+    (x, x_title), keys, measured = POINT_TABLES[task]
     ok = rows[rows["run_status"] == "ok"]
-    lengths = sorted(ok["seq_len"].dropna().astype(int).unique())
-    keys = [k for k in ("label", "pass") if k in ok]
-    parts = ["## scaling"]
-    for metric, title in (("median_ms", "median latency (ms)"), ("peak_mem_mb", "peak memory (MB)")):
-        if metric not in ok:
+    xs = sorted(ok[x].dropna().astype(int).unique())
+    keys = [k for k in keys if k in ok]
+    parts = [f"## {task}"]
+    for metric, title in measured:
+        if metric not in ok or ok[metric].isna().all():
             continue
         body = []
         for key, grp in ok.groupby(keys, sort=True):
             cells = []
-            for L in lengths:
-                at = grp[grp["seq_len"] == L]
+            for value in xs:
+                at = grp[grp[x] == value]
                 good = at[at["status"] == "ok"]
                 cells.append(_stat(good[metric]) if not good.empty else (at["status"].iloc[0] if len(at) else "–"))
             body.append([*(key if isinstance(key, tuple) else (key,)), *cells])
-        parts.append(f"{title}, mean ± sd over seeds\n\n" + markdown_table([*keys, *(f"L={L}" for L in lengths)], body))
+        parts.append(f"{title}, mean ± sd over seeds\n\n" + markdown_table([*keys, *(f"{x_title}={v}" for v in xs)], body))
     return "\n\n".join(parts)
 
 
 def task_section(rows: pd.DataFrame, task: str) -> str:
-    if task == "scaling" and "seq_len" in rows:
-        return scaling_section(rows)
+    if task in POINT_TABLES and POINT_TABLES[task][0][0] in rows:
+        return points_section(rows, task)
     ok = rows[rows["run_status"] == "ok"]
     metrics = _metric_columns(ok, task)
     if ok.empty or not metrics:

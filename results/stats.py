@@ -1,7 +1,9 @@
 """The statistics the reports and the headline tables share: Zoology's and MAD's
-best-of-sweep rule, MAD's score, and the gap to attention with its interval."""
+best-of-sweep rule, MAD's score, the gap to attention with its interval, and the
+length-extrapolation curves."""
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from pathlib import Path
@@ -195,3 +197,16 @@ def published_mad_by_mixer(published: pd.DataFrame) -> pd.DataFrame:
     mixer_of = pub.groupby("model", sort=False)["mixer"].first()
     table = published_mad_scores(published).rename(index=mixer_of, columns={"average": "MAD score"})
     return table[~table.index.duplicated()]
+
+
+def position_curves(frame: pd.DataFrame) -> pd.DataFrame:
+    """The length-extrapolation curves of the finished language-model runs that have them
+    (``tasks.wikitext2.ppl_by_position``): one row per (run, context factor, bucket of
+    training-length positions), with its perplexity and the bucket's first position."""
+    if "ppl_by_position" not in frame or "task" not in frame:
+        return pd.DataFrame()
+    rows = frame[(frame["task"] == "wikitext2") & (frame["run_status"] == "ok") & frame["ppl_by_position"].notna()]
+    return pd.DataFrame([{"label": r["label"], "seed": r.get("seed"), "factor": int(f), "bucket": k,
+                          "position": k * int(r["seq_len"]), "ppl": v}
+                         for _, r in rows.iterrows() for f, ppls in json.loads(r["ppl_by_position"]).items()
+                         for k, v in enumerate(ppls)])

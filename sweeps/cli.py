@@ -8,6 +8,7 @@
     linbench cancel smoke                               # stop its jobs; a later `run` resumes them
     linbench plot smoke && linbench report smoke
     linbench export smoke                               # results/smoke/runs.csv: a row per run
+    linbench sample smoke attention --prompt "The game"  # text from a finished LM run's weights
     linbench headline --write docs/results.md           # the reference sweeps' tables, rewritten in place
 """
 from __future__ import annotations
@@ -104,6 +105,13 @@ def parser() -> argparse.ArgumentParser:
     report.add_argument("--published", default=str(PUBLISHED), help="CSV of published numbers")
     export = verb("export", "write the records as one CSV table (a row per run, or per point)")
     export.add_argument("--out", help="file (default RESULTS_DIR/SWEEP/runs.csv)")
+    sample = verb("sample", "write text with a finished language-model run's weights, after a prompt")
+    sample.add_argument("run", help="a run id (or its first characters) or a label")
+    sample.add_argument("--prompt", required=True, help="the text to continue")
+    sample.add_argument("--tokens", type=int, default=50, help="new tokens (default 50)")
+    sample.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default); above 0: sampled")
+    sample.add_argument("--top-k", type=int, default=None, help="sample among the k likeliest tokens only")
+    sample.add_argument("--seed", type=int, default=0, help="the sampling seed (default 0)")
     headline = verbs.add_parser("headline", help="the reference sweeps' tables (results/reference), or rewrite "
                                 "their marked copies in a Markdown file")
     headline.add_argument("--write", type=Path, help="rewrite the tables marked <!-- headline:NAME --> in this file")
@@ -190,10 +198,13 @@ def cmd_status(args, sweep) -> int:
     return 0 if counts["ok"] == len(sweep) else 1
 
 
-def _find(sweep, key: str):
-    hits = [run for run in sweep.runs if run.run_id.startswith(key) or run.label == key]
+def _find(sweep, key: str, keep=None, what: str = "run"):
+    """The one run of ``sweep`` whose id starts with ``key`` or whose label is ``key``,
+    among those ``keep`` accepts (default: all)."""
+    hits = [run for run in sweep.runs if (run.run_id.startswith(key) or run.label == key)
+            and (keep is None or keep(run))]
     if len(hits) != 1:
-        which = "no run" if not hits else f"{len(hits)} runs ({', '.join(r.run_id for r in hits)})"
+        which = f"no {what}" if not hits else f"{len(hits)} {what}s ({', '.join(r.run_id for r in hits)})"
         raise SweepError(f"{sweep.name}: {which} with id or label {key!r}; "
                          f"`linbench status {sweep.name}` lists them")
     return hits[0]
@@ -218,6 +229,24 @@ def cmd_logs(args, sweep) -> int:
         print("\n".join(log.read_text(errors="replace").splitlines()[-args.lines:]))
     else:
         print("(the log does not exist yet: the job has not started)")
+    return 0
+
+
+def cmd_sample(args, sweep) -> int:
+    from tasks import TASKS
+    from tasks.engine.runs import weights_path
+
+    def writer(run):  # the task's sample(), None where the task writes no text
+        return getattr(sys.modules[TASKS[run.task][1].__module__], "sample", None)
+
+    run = _find(sweep, args.run, keep=writer, what="language-model run")
+    weights = weights_path(workdir_for(args.results_dir, sweep.name, run.run_id))
+    if not weights.exists():
+        raise SweepError(f"{sweep.name}: no weights at {weights}: the run has not finished on this machine, "
+                         f"or finished before runs kept their weights (move its record away, then "
+                         f"`linbench run {sweep.name} --only {run.run_id}` trains it again)")
+    print(args.prompt + " " + writer(run)(run.config, weights, args.prompt, args.tokens, args.temperature,
+                                            args.top_k, args.seed))
     return 0
 
 
@@ -285,7 +314,7 @@ def main(argv=None) -> int:
             return cmd_headline(args)
         sweep = load_sweep(args.sweep)
         verbs = {"run": cmd_run, "status": cmd_status, "logs": cmd_logs, "cancel": cmd_cancel, "export": cmd_export,
-                 "plot": cmd_plot, "report": cmd_report}
+                 "plot": cmd_plot, "report": cmd_report, "sample": cmd_sample}
         return verbs[args.verb](args, sweep)
     except SweepError as exc:
         print(f"linbench: {exc}", file=sys.stderr)

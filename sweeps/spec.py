@@ -49,11 +49,12 @@ def identity(config: Any) -> Any:
     result; a data folder only matters as "local copy" against "the hub" (an offline SNLI
     run trains on a different split). ``checkpoint_every`` hashes as its default 0, so the
     ids of runs made before it stopped counting (with the default) stay the same; a
-    ModelConfig's ``hybrid`` only counts when set, for the same reason."""
+    ModelConfig's ``hybrid`` and a Wikitext-2 config's ``extrapolate`` only count when set,
+    for the same reason (fields added after records were made under their defaults)."""
     if isinstance(config, dict):
         out = {}
         for key, value in config.items():
-            if key in ("cache_dir", "checkpoint_minutes", "log_every_s") or (key == "hybrid" and not value):
+            if key in ("cache_dir", "checkpoint_minutes", "log_every_s") or (key in ("hybrid", "extrapolate") and not value):
                 continue
             if key == "checkpoint_every":
                 out[key] = 0

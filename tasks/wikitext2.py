@@ -33,9 +33,10 @@ from zoo.config import StrictConfig, check_bounds, check_choice
 from zoo.flops import flops
 
 from .engine.cli import add_run_arguments, run_from_cli
-from .engine.data import epoch_indices, load_wikitext2, unigram_perplexity
+from .engine.data import epoch_indices, load_wikitext2, unigram_perplexity, wikitext2_text
 from .engine.losses import lm_loss
-from .engine.runs import checkpoint_path, model_metadata, refuse_non_causal, run_fields, score_best
+from .engine.runs import (checkpoint_path, load_weights, model_metadata, refuse_non_causal, run_fields,
+                          save_weights, score_best)
 from .engine.train import TrainConfig, train
 from .published import published_rows
 
@@ -92,6 +93,10 @@ class WikiText2Config(StrictConfig):
     budget_tokens: int | None = None  # training tokens; None: `epochs` passes over train
     eval_every_tokens: int | None = None  # None: once per epoch (and at the end)
     eval_tokens: int | None = None  # tokens of valid/test scored; None: the whole split
+    # Length extrapolation: after training, validation perplexity by position on contexts of
+    # these multiples of seq_len (e.g. (1, 2, 4, 8)), read by the step form in pieces of
+    # seq_len; () none. Needs a model without learned positions.
+    extrapolate: tuple = ()
     model: zoo.ModelConfig = field(default_factory=paper_model_config)  # vocab_size: the tokenizer's
     train: TrainConfig = field(default_factory=lambda: TrainConfig(batch_size=32, lr=1e-3, warmup_steps=500))
 
@@ -102,6 +107,11 @@ class WikiText2Config(StrictConfig):
             raise ValueError("WikiText2Config: tokenizer='word' needs variant='tokens'")
         if self.model.max_len < self.seq_len:
             raise ValueError(f"WikiText2Config: model.max_len={self.model.max_len} < seq_len={self.seq_len}")
+        if self.extrapolate and (self.model.positions == "learned" or any(
+                not isinstance(f, int) or isinstance(f, bool) or f < 1 for f in self.extrapolate)):
+            raise ValueError(f"WikiText2Config: extrapolate={self.extrapolate!r} needs whole multiples >= 1 of "
+                             f"seq_len and a model without learned positions (model.positions="
+                             f"{self.model.positions!r}: 'none', with rotary attention where it needs order)")
         check_bounds(self, "seed", ge=0)
         check_bounds(self, "wordpiece_vocab", "seq_len", "epochs", "budget_tokens", "eval_every_tokens", "eval_tokens",
                      gt=0)  # None (unset optional fields) passes
@@ -161,6 +171,40 @@ def perplexity(model, chunks: Chunks, batch_size: int) -> float:
     return math.exp(total / count)
 
 
+@torch.no_grad()
+def position_losses(model: zoo.LM, ids: torch.Tensor, piece: int) -> torch.Tensor:
+    """Next-token losses (B, T - 1) of sequences ids (B, T), the model reading them through
+    its step form, ``piece`` tokens per prefill with each layer's state carried: a context
+    longer than any forward the model was trained on, in the memory of one piece."""
+    state = model.init_state(ids.shape[0], ids.device, next(model.parameters()).dtype)
+    losses = []
+    for start in range(0, ids.shape[1] - 1, piece):
+        x, y = ids[:, start:start + piece], ids[:, start + 1:start + piece + 1]
+        logits, state = model.prefill(x[:, :y.shape[1]], state)  # (B, l, V)
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 logits: the loss in fp32
+        losses.append(F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(y.shape))
+    return torch.cat(losses, 1)
+
+
+def ppl_by_position(model: zoo.LM, ids: torch.Tensor, seq_len: int, factors, max_tokens: int | None,
+                    batch_size: int) -> dict[str, list[float]]:
+    """For each factor f: perplexity per position bucket [k L, (k+1) L), k < f, over
+    contiguous sequences of f L + 1 tokens of ``ids`` (at most ``max_tokens`` scored per f)."""
+    model.eval()
+    device = next(model.parameters()).device
+    out = {}
+    for f in factors:
+        chunks = Chunks(ids, f * seq_len, max_tokens)
+        total = torch.zeros(f * seq_len, dtype=torch.float64)
+        for start in range(0, chunks.n, batch_size):
+            x, y = chunks.get(torch.arange(start, min(start + batch_size, chunks.n)))
+            seq = torch.cat([x, y[:, -1:]], 1).to(device)  # (B, f L + 1)
+            total += position_losses(model, seq, seq_len).sum(0).double().cpu()
+        buckets = total.view(f, seq_len).sum(1) / (chunks.n * seq_len)  # mean loss per bucket
+        out[str(f)] = [math.exp(v) for v in buckets.tolist()]
+    return out
+
+
 def run(cfg: WikiText2Config, workdir: Path | None = None, progress: bool = True) -> dict:
     corpus = load_wikitext2(cfg.variant, cfg.tokenizer, cfg.data_dir, cfg.cache_dir, cfg.wordpiece_vocab)
     mcfg = cfg.model.replace(vocab_size=corpus["vocab_size"])
@@ -186,6 +230,12 @@ def run(cfg: WikiText2Config, workdir: Path | None = None, progress: bool = True
                    checkpoint=checkpoint_path(workdir), progress=progress, tokens_per_step=tokens_per_step,
                    desc=f"wikitext2 {mcfg.mixer}")
     test_ppl = score_best(model, result, tcfg, lambda m: perplexity(m, test, B))
+    extrapolation = {}
+    if result.best_state is not None:
+        save_weights(workdir, model)  # the best weights, which score_best has loaded
+        if cfg.extrapolate:
+            extrapolation = {"ppl_by_position": ppl_by_position(model, corpus["valid"], L, cfg.extrapolate,
+                                                                cfg.eval_tokens, B)}
     scored = valid.n * L  # the unigram bar is measured on the same validation tokens
     cost = flops(model, B, L)  # the training step's estimate, for curves at equal compute
     return {
@@ -207,8 +257,26 @@ def run(cfg: WikiText2Config, workdir: Path | None = None, progress: bool = True
         "best_val_ppl": result.best, "test_ppl": test_ppl, "final_train_loss": result.final_loss,
         "unigram_val_ppl": unigram_perplexity(corpus["train"], corpus["valid"][: scored + 1][1:],
                                               corpus["vocab_size"]),
-        **model_metadata(model, L),
+        **model_metadata(model, L), **extrapolation,
     }
+
+
+def sample(cfg: WikiText2Config, weights: Path, prompt: str, new_tokens: int = 50, temperature: float = 0.0,
+           top_k: int | None = None, seed: int = 0) -> str:
+    """Text the model a run left (``weights``) writes after ``prompt``: the run's own
+    tokenizer, the model's step form (zoo.generate), the new tokens decoded."""
+    _, _, tok = wikitext2_text(cfg.variant, cfg.tokenizer, cfg.data_dir, cfg.cache_dir, cfg.wordpiece_vocab)
+    model = load_weights(weights)
+    ids = tok.encode_batch([prompt])[0]
+    if getattr(tok, "eos", None):  # the word tokenizer ends each line with <eos>: the prompt goes on
+        ids = ids[:-1]
+    if not ids:
+        raise ValueError(f"wikitext2: the prompt {prompt!r} has no tokens")
+    if model.pos is not None and len(ids) + new_tokens > model.cfg.max_len:
+        raise ValueError(f"wikitext2: {len(ids)} prompt tokens + {new_tokens} new ones exceed the "
+                         f"{model.cfg.max_len} learned positions this model has; ask for fewer")
+    out = zoo.generate(model, torch.tensor([ids]), new_tokens, temperature, top_k, seed)
+    return tok.decode(out[0, len(ids):].tolist())
 
 
 PAPER_NAMES = {"attention": "TransformerLM", "grassmann": "GrassmannLM"}

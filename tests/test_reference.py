@@ -102,3 +102,13 @@ def test_every_lm_run_of_a_sweep_read_the_same_tokens(folder):
     lm = [r["metrics"] for r in load_records(folder) if r["task"] == "wikitext2" and r["status"] == "ok"]
     seen = {(m["train_tokens"], m["tokenizer"], m["vocab_size"]) for m in lm}
     assert len(seen) <= 1, f"{folder.name}: runs on different tokenizations {sorted(seen)}"
+
+
+@pytest.mark.parametrize("folder", REPORTS, ids=lambda p: p.name)
+def test_every_reference_record_is_a_run_of_its_sweep_today(folder):
+    """A record whose id the sweep file no longer makes is an orphan: `linbench run` would
+    train it again under a new id and the tables would lose it. A field added to a config
+    must keep the ids of configs that leave it at its default (sweeps.spec.identity)."""
+    ids = {run.run_id for run in load_sweep(folder.name).runs}
+    orphans = sorted(p.stem for p in folder.glob("*.json") if p.stem not in ids)
+    assert not orphans, f"{folder.name}: records of no current run: {orphans}"

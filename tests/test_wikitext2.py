@@ -237,3 +237,64 @@ def test_the_6_layer_sweep_reads_each_model_at_its_best_lr():
               for c in runs.values()}
     assert max(params) / min(params) < 1.04  # each within 2 % of attention's
     assert len(sweep.runs) == 14
+
+
+@needs_data
+def test_a_finished_run_leaves_weights_that_linbench_samples_from(cache, tmp_path, capsys):
+    from sweeps.cli import main as cli
+    sweep = tmp_path / "lm_sweep.py"
+    sweep.write_text(f'''"""One tiny word-level run."""
+from sweeps import RunConfig
+from tasks.engine.train import TrainConfig
+from tasks.wikitext2 import WikiText2Config, paper_model_config
+model = paper_model_config("attention", "tiny").replace(d_model=32, d_ff=64, n_layers=1, max_len=32, dropout=0.0)
+configs = [RunConfig("wikitext2", WikiText2Config(preset="tiny", data_dir={str(DATA)!r}, cache_dir={cache!r},
+           seq_len=32, model=model, budget_tokens=4 * 4 * 32, eval_tokens=256,
+           train=TrainConfig(batch_size=4, lr=1e-2, device="cpu")), label="lm")]
+''')
+    results = str(tmp_path / "results")
+    assert cli(["run", str(sweep), "--executor", "debug", "--results-dir", results]) == 0
+    capsys.readouterr()
+
+    def sample(*extra):
+        assert cli(["sample", str(sweep), "lm", "--prompt", "the game was", "--tokens", "6",
+                    "--results-dir", results, *extra]) == 0
+        return capsys.readouterr().out.strip()
+
+    greedy = sample()
+    assert greedy.startswith("the game was ") and len(greedy.split()) == 3 + 6
+    assert sample() == greedy  # greedy is deterministic
+    drawn = sample("--temperature", "1.0", "--seed", "1")
+    assert sample("--temperature", "1.0", "--seed", "1") == drawn != sample("--temperature", "1.0", "--seed", "2")
+    # past the learned positions: a clear error, not an index error
+    with pytest.raises(ValueError, match="exceed the 32 learned positions"):
+        sample("--tokens", "40")
+    (next(Path(results).glob("lm_sweep/runs/*/weights.pt"))).unlink()
+    assert cli(["sample", str(sweep), "lm", "--prompt", "x", "--results-dir", results]) == 2
+    assert "no weights at" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("mixer", ["attention", "gated_deltanet", "grassmann"])
+def test_streamed_losses_equal_the_forward_and_factor_1_is_the_perplexity(mixer):
+    from tasks.wikitext2 import perplexity, position_losses, ppl_by_position
+    options = {"attention": {"n_heads": 2, "rotary": 16}, "grassmann": {"r": 4, "offsets": (1, 3)}}.get(mixer, {})
+    cfg = zoo.ModelConfig(vocab_size=50, d_model=32, n_layers=2, mixer=mixer, mixer_options=options, positions="none")
+    model = zoo.build_model(cfg, seed=0).double().eval()
+    ids = torch.randint(50, (3, 4 * 16 + 1))
+    with torch.no_grad():
+        whole = torch.nn.functional.cross_entropy(model(ids[:, :-1]).transpose(1, 2), ids[:, 1:], reduction="none")
+    torch.testing.assert_close(position_losses(model, ids, piece=16), whole, rtol=1e-9, atol=1e-9)
+    stream = torch.randint(50, (16 * 20 + 1,))
+    got = ppl_by_position(model, stream, 16, (1, 4), max_tokens=None, batch_size=4)
+    assert len(got["1"]) == 1 and len(got["4"]) == 4
+    assert got["1"][0] == pytest.approx(perplexity(model, Chunks(stream, 16), 4), rel=1e-5)  # its sum is float32
+
+
+def test_extrapolation_needs_a_model_without_learned_positions():
+    with pytest.raises(ValueError, match="extrapolate=.*without learned positions"):
+        tiny_config(extrapolate=(1, 2))
+    cfg = tiny_config()
+    model = cfg.model.replace(positions="none")
+    assert cfg.replace(model=model, extrapolate=(1, 2, 4)).extrapolate == (1, 2, 4)
+    with pytest.raises(ValueError, match="whole multiples"):
+        cfg.replace(model=model, extrapolate=(0,))

@@ -20,6 +20,7 @@ its receptive field at all (``zoo.causality.receptive_offsets``). ``gap_placemen
 its interval, falls among the published ones. ``mad_agreement``: per MAD task, whether the
 mixers both MAD and we ran come in the same order. ``mad_reach``: a local mixer's MAD
 scores beside chance and the ceilings its receptive field sets (``tasks.mad.sources``).
+``decode_law``: whether the decode benchmark shows what a fixed state promises.
 """
 from __future__ import annotations
 
@@ -385,3 +386,37 @@ def mad_reach(frame: pd.DataFrame) -> str:
         if local:
             lines.append([label, *(cells.get(t, "–") for t in tasks)])
     return markdown_table(["mixer (score / chance / ceiling)", *tasks], lines, ["---"] + ["---:"] * len(tasks))
+
+
+def decode_law(points: pd.DataFrame, short: int = 1024, flat: float = 1.5) -> str:
+    """The decode benchmark against the law linear-time mixers are chosen for, per setting
+    (width, batch), from the points that finished: a fixed-state mixer's time per token at
+    the longest context within ``flat`` x its time at ``short``; the KV cache's bytes per
+    sequence proportional to the context (attention's, against a straight line through
+    the origin, within 2 %); and which mixers a token of attention's costs more than, at the
+    longest context. A mixer is fixed-state when its state bytes do not change from
+    ``short`` to the longest context (``state_size`` from the code, not a list of names)."""
+    lines = []
+    for (d, b), pts in points.groupby(["d_model", "batch"]):
+        by = {label: grp.set_index("context") for label, grp in pts.groupby("label")}
+        top = int(pts["context"].max())
+        fixed, growing = [], []
+        for label, one in by.items():
+            if short in one.index and top in one.index:
+                same = one.at[short, "state_bytes"] == one.at[top, "state_bytes"]
+                (fixed if same else growing).append(label)
+        flat_ok = [m for m in fixed if by[m].at[top, "ms_per_token"] <= flat * by[m].at[short, "ms_per_token"]]
+        verdict = [f"{len(flat_ok)} of {len(fixed)} fixed-state mixers within {flat}x" +
+                   ("" if len(flat_ok) == len(fixed) else f" (not: {', '.join(sorted(set(fixed) - set(flat_ok)))})")]
+        if "attention" in by:
+            att = by["attention"]
+            line = np.polyfit(att.index, att["state_mb_per_seq"], 1)  # the tokens the decode itself adds: the intercept
+            off = (att["state_mb_per_seq"] - np.polyval(line, att.index)).abs().max()
+            linear = bool(len(att) > 2 and line[0] > 0 and off <= 0.02 * att["state_mb_per_seq"].max())
+            slower = [m for m in fixed if top in by["attention"].index
+                      and by["attention"].at[top, "ms_per_token"] > by[m].at[top, "ms_per_token"]]
+            verdict.append(f"attention's cache per sequence {'grows linearly' if linear else 'does not grow linearly'}"
+                           f" with the context; at {top:,} its token costs more than that of {len(slower)} of "
+                           f"the {len(fixed)}")
+        lines.append([f"d {d}, batch {b}", "; ".join(verdict)])
+    return markdown_table(["setting", f"from {short:,} to the longest context"], lines, ["---", "---"])

@@ -14,8 +14,9 @@ import pandas as pd
 
 from ..records import load_records, records_frame
 from ..report import mad_changes, markdown_table
-from ..stats import at_best_lr, gap_interval, lr_means, mad_params, mad_runs, mad_scores, published_mad_scores, read_published
-from .findings import (gap_placement, grid_bound, mad_agreement, mad_reach, mqar_best, mqar_reach, point_text,
+from ..stats import (at_best_lr, gap_interval, lr_means, mad_params, mad_runs, mad_scores, position_curves,
+                     published_mad_scores, read_published)
+from .findings import (decode_law, gap_placement, grid_bound, mad_agreement, mad_reach, mqar_best, mqar_reach, point_text,
                        zoology_findings)
 
 REFERENCE = Path(__file__).resolve().parents[1] / "reference"
@@ -135,8 +136,60 @@ def status_line(records: list[dict], planned: int) -> str:
     """How far a sweep has got, and the training time its finished runs took."""
     done = [r for r in records if r["status"] == "ok"]
     hours = sum(r["metrics"].get("wall_time") or 0 for r in done) / 3600
-    return (f"{len(done)} of its {planned} runs finished ({hours:.1f} h of training, one thread per run"
+    work = "measurement" if all(r.get("task") in ("decode", "scaling") for r in records) else "training"
+    return (f"{len(done)} of its {planned} runs finished ({hours:.1f} h of {work}, one thread per run"
             f"{'' if len(done) == len(records) else f'; {len(records) - len(done)} did not finish ok'})")
+
+
+def _decode_points(frame: pd.DataFrame) -> pd.DataFrame:
+    rows = frame[(frame["task"] == "decode") & (frame["run_status"] == "ok") & (frame["status"] == "ok")]
+    return rows.astype({"context": int, "batch": int, "d_model": int})
+
+
+def decode_table(frame: pd.DataFrame, short: int = 1024) -> str:
+    """Per mixer and setting (width, batch): the time per generated token after ``short``
+    tokens of context and after the longest context measured, with their ratio, and the
+    state one sequence holds there."""
+    pts = _decode_points(frame)
+    settings = sorted({(d, b) for d, b in zip(pts["d_model"], pts["batch"])})
+    lines = []
+    order = sorted(pts["label"].unique(), key=lambda m: (m != "attention", m))  # the control first
+    for label, grp in ((m, pts[pts["label"] == m]) for m in order):
+        cells, state = [], "–"
+        for d, b in settings:
+            one = grp[(grp["d_model"] == d) & (grp["batch"] == b)].set_index("context")
+            top = one.index.max() if not one.empty else None
+            if top is None or short not in one.index:
+                cells.append("–")
+                continue
+            a, z = one.at[short, "ms_per_token"], one.at[top, "ms_per_token"]
+            cells.append(f"{a:.2f} → {z:.2f} ({z / a:.2f}x)")
+            state = f"{one.at[top, 'state_mb_per_seq']:.3g}"
+        lines.append([label, *cells, state])
+    longest = int(pts["context"].max()) if not pts.empty else 0
+    header = ["mixer", *(f"d {d}, batch {b}: ms/token at {short:,} → {longest:,}" for d, b in settings),
+              f"state MB / sequence at {longest:,} (d {settings[-1][0] if settings else '–'})"]
+    return markdown_table(header, lines, ["---"] + ["---:"] * (len(header) - 1))
+
+
+def extrapolation_table(frame: pd.DataFrame) -> str:
+    """Per model: validation perplexity in the first bucket of training-length positions
+    and in the last bucket of each longer context, and the last bucket's ratio to the first
+    at the longest context (mean over seeds)."""
+    curves = position_curves(frame)
+    if curves.empty:
+        return "*No run with an extrapolation curve yet.*"
+    factors = sorted(curves["factor"].unique())
+    last = curves[curves["bucket"] == curves["factor"] - 1].groupby(["label", "factor"])["ppl"].mean()
+    first = curves[curves["bucket"] == 0].groupby("label")["ppl"].mean()
+    top = factors[-1]
+    lines = [[label, f"{first[label]:.1f}", *(f"{last.get((label, f), float('nan')):.1f}" for f in factors[1:]),
+              f"{last.get((label, top), float('nan')) / first[label]:.2f}x"]
+             for label in sorted(first.index, key=lambda m: last.get((m, top), float("inf")) / first[m])]
+    L = int(curves.loc[curves["bucket"] == 1, "position"].iloc[0]) if (curves["bucket"] == 1).any() else 0
+    header = [f"model (trained at L = {L})", f"ppl, positions 0–{L - 1}",
+              *(f"ppl, positions {(f - 1) * L:,}–{f * L - 1:,}" for f in factors[1:]), f"last / first at {top}x"]
+    return markdown_table(header, lines, ["---"] + ["---:"] * (len(header) - 1))
 
 
 def mad_table(frame: pd.DataFrame, published: pd.DataFrame | None = None) -> str:
@@ -170,6 +223,9 @@ TABLES = {"wikitext2_cpu": ("wikitext2_cpu", lm_table),
           "wikitext2_6L_cpu": ("wikitext2_6L_cpu", lm_table),
           "wikitext2_6L_cpu_bracket": ("wikitext2_6L_cpu", lr_bracket),
           "wikitext2_6L_cpu_gap": ("wikitext2_6L_cpu", lambda frame: gap_placement(frame, read_published())),
+          "decode_cpu": ("decode_cpu", decode_table),
+          "decode_cpu_law": ("decode_cpu", lambda frame: decode_law(_decode_points(frame))),
+          "extrapolation_cpu": ("extrapolation_cpu", extrapolation_table),
           "mad_cpu": ("mad_cpu", mad_table),
           "mad_cpu_agreement": ("mad_cpu", lambda frame: mad_agreement(frame, read_published())),
           "mad_cpu_reach": ("mad_cpu", mad_reach),

@@ -187,6 +187,11 @@ class Words:
         unk = self.ids[self.unk]
         return [[self.ids.get(w, unk) for w in self.pieces(t)] for t in texts]
 
+    def decode(self, ids) -> str:
+        """Ids back to text: the words joined by spaces, each end-of-line mark a newline."""
+        words = [self.vocab[i] for i in ids]
+        return " ".join(words).replace(f" {self.eos} ", "\n") if self.eos else " ".join(words)
+
 
 class Subword:
     """A ``tokenizers.Tokenizer`` (BERT's WordPiece, or one trained here) behind the
@@ -204,6 +209,9 @@ class Subword:
 
     def encode_batch(self, texts) -> list[list[int]]:
         return [e.ids for e in self.tok.encode_batch(list(texts), add_special_tokens=False)]
+
+    def decode(self, ids) -> str:
+        return self.tok.decode(list(ids), skip_special_tokens=False)
 
 
 def hub_wordpiece(name: str = "bert-base-uncased") -> Subword:
@@ -259,15 +267,11 @@ def make_tokenizer(kind: str, train_texts: list[str], cache_dir: str | None, voc
     raise ValueError(f"unknown tokenizer {kind!r}; choose one of ['word', 'wordpiece', 'bert-base-uncased']")
 
 
-def load_wikitext2(variant: str = "tokens", tokenizer: str = "word", data_dir: str | None = None,
-                   cache_dir: str | None = None, wordpiece_vocab: int = 30522) -> dict:
-    """Token ids of the three splits (int32 tensors, one stream each) and what made
-    them: ``{"train", "valid", "test", "vocab_size", "data_source", "tokenizer"}``.
-
-    Word level: whitespace tokens + ``<eos>`` per line, vocabulary of the train split
-    (33,278 types). Subword: each line's WordPiece ids, lines concatenated (the
-    reproductions join lines and tokenize; WordPiece drops the newlines either way).
-    """
+def wikitext2_text(variant: str = "tokens", tokenizer: str = "word", data_dir: str | None = None,
+                   cache_dir: str | None = None, wordpiece_vocab: int = 30522) -> tuple[dict, str, object]:
+    """The lines of each split, where they came from, and the tokenizer a Wikitext-2 run
+    reads them with (trained on, or built from, the training split): what
+    ``load_wikitext2`` tokenizes, and what turns a prompt into ids and ids into text."""
     if tokenizer == "word" and variant != "tokens":
         raise ValueError("tokenizer='word' needs variant='tokens' (word-level Wikitext-2)")
     lines, source = wikitext_lines(variant, data_dir)
@@ -277,6 +281,19 @@ def load_wikitext2(variant: str = "tokens", tokenizer: str = "word", data_dir: s
     tok = make_tokenizer(tokenizer, lines["train"], cache_dir, wordpiece_vocab,
                          f"the {'word-level ' if word_level_train else 'raw '}train split",
                          unk="<unk>", eos="<eos>", name="word (train split, <eos> per line)")
+    return lines, source, tok
+
+
+def load_wikitext2(variant: str = "tokens", tokenizer: str = "word", data_dir: str | None = None,
+                   cache_dir: str | None = None, wordpiece_vocab: int = 30522) -> dict:
+    """Token ids of the three splits (int32 tensors, one stream each) and what made
+    them: ``{"train", "valid", "test", "vocab_size", "data_source", "tokenizer"}``.
+
+    Word level: whitespace tokens + ``<eos>`` per line, vocabulary of the train split
+    (33,278 types). Subword: each line's WordPiece ids, lines concatenated (the
+    reproductions join lines and tokenize; WordPiece drops the newlines either way).
+    """
+    lines, source, tok = wikitext2_text(variant, tokenizer, data_dir, cache_dir, wordpiece_vocab)
     key = fingerprint("wikitext2", tok.name, tok.vocab_size, lines)  # by content: edited files re-tokenize
     ids = cached(cache_root(cache_dir) / f"wikitext2-{key}.pt", lambda: {
         s: torch.tensor([i for row in tok.encode_batch(lines[s]) for i in row], dtype=torch.int32)

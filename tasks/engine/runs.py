@@ -29,6 +29,30 @@ def checkpoint_path(workdir: Path | None) -> Path | None:
 
 
 
+def weights_path(workdir: str | Path) -> Path:
+    """Where a finished run leaves its model: ``workdir/weights.pt`` (the best validation
+    weights and the config that builds them), which ``linbench sample`` reads."""
+    return Path(workdir) / "weights.pt"
+
+
+def save_weights(workdir: str | Path | None, model: zoo.LM) -> None:
+    if workdir is None:
+        return
+    path = weights_path(workdir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    torch.save({"model_config": model.cfg.to_dict(), "model": model.state_dict()}, tmp)
+    os.replace(tmp, path)  # atomic, as the checkpoint
+
+
+def load_weights(path: str | Path) -> zoo.LM:
+    """The model ``save_weights`` left, in eval mode on the CPU."""
+    saved = torch.load(path, map_location="cpu", weights_only=False)
+    model = zoo.build_model(zoo.ModelConfig.from_dict(saved["model_config"]))
+    model.load_state_dict(saved["model"])
+    return model.eval()
+
+
 def refuse_non_causal(model: zoo.LM, task: str) -> None:
     """A causal task's model that sees the tokens after t measures nothing: refuse it."""
     try:
