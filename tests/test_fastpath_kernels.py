@@ -27,6 +27,7 @@ from zoo.ops.gla import CHUNK_GLA, gla, gla_chunked
 from zoo.ops.rwkv6 import CHUNK_RWKV6
 from zoo.ops.selective_scan import SELECTIVE_SCAN
 from zoo.ops.ssd import SSD_SCAN
+from zoo.ops.ssm_step import CAUSAL_CONV1D_UPDATE, SELECTIVE_STATE_UPDATE
 
 WHY = kernel_standins.available()
 pytestmark = pytest.mark.skipif(WHY is not None, reason=f"real kernel packages: {WHY}")
@@ -216,3 +217,29 @@ def test_fused_blocks_are_not_taken_for_shapes_their_kernels_reject(route, pkgs)
     m1 = zoo.build_mixer("mamba", 24, d_conv=5)
     m1(torch.randn(1, 9, 24))
     assert m1.backend == "cpu_fused"  # not mamba_ssm's fused block: on CPU, the C++ scan
+
+
+@pytest.mark.parametrize("name, options", [("mamba", {"d_state": 5}),
+                                           ("mamba2", {"d_state": 8, "headdim": 16, "ngroups": 2})])
+def test_decode_steps_through_the_state_update_kernels(route, name, options):
+    """The step form's CUDA branch: causal-conv1d's causal_conv1d_update (its Python
+    reference, in place on the conv state) and mamba_ssm's selective_state_update (Triton,
+    interpreted), against the torch step on the same weights, after a prefill."""
+    from causal_conv1d.causal_conv1d_interface import causal_conv1d_update_ref
+    from test_decode import decode
+    conv_calls = route(CAUSAL_CONV1D_UPDATE, causal_conv1d_update_ref)
+    ssm_calls = route(SELECTIVE_STATE_UPDATE)
+    torch.manual_seed(0)
+    m = zoo.build_mixer(name, 32, **options).eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+        x = torch.randn(3, 12, 32)
+        got, state = decode(m, x, prompt=5)
+        assert m.backend == "mamba_ssm_step"
+        with torch_only():
+            want, want_state = decode(m, x, prompt=5)
+    assert len(conv_calls) == len(ssm_calls) == 7  # one per stepped token
+    torch.testing.assert_close(got, want, rtol=2e-4, atol=2e-5 * want.abs().max().item())
+    for key in want_state:
+        torch.testing.assert_close(state[key], want_state[key], rtol=2e-4, atol=2e-5)

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from ..ops.conv import CAUSAL_CONV1D_NEEDS, causal_conv1d
 from ..ops.fastpath import Kernel
 from ..ops.selective_scan import selective_scan, selective_scan_backend
+from ..ops.ssm_step import conv_step, ssm_step, step_backend
 from .base import Mixer, check_positive
 
 # Fused conv + projections + scan; it calls causal-conv1d's C++ functions.
@@ -92,9 +93,24 @@ class Mamba(Mixer):
         return self.out_proj(y.transpose(1, 2))
 
     def init_state(self, batch: int, device=None, dtype=None) -> dict:
-        """The SSM state (B, d_inner, d_state) and the conv's last d_conv - 1 inputs."""
+        """The SSM state (B, d_inner, d_state) and the conv's last d_conv - 1 inputs
+        (B, d_inner, d_conv - 1), the decode kernels' layouts."""
         return {"h": torch.zeros(batch, self.d_inner, self.d_state, device=device, dtype=dtype),
-                "conv": torch.zeros(batch, self.d_conv - 1, self.d_inner, device=device, dtype=dtype)}
+                "conv": torch.zeros(batch, self.d_inner, self.d_conv - 1, device=device, dtype=dtype)}
+
+    def step(self, x: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
+        """One token x (B, D): the conv and the SSM advanced by one input, through
+        causal-conv1d's and mamba_ssm's decode kernels where they run (zoo.ops.ssm_step)."""
+        u, z = self.in_proj(x).chunk(2, dim=-1)  # (B, di) each
+        u, conv = conv_step(u, state["conv"], self.conv1d.weight[:, 0], self.conv1d.bias, silu=True)
+        dt, Bs, Cs = self.x_proj(u).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
+        dt = F.linear(dt, self.dt_proj.weight)  # (B, di), bias in the step
+        A = -torch.exp(self.A_log.float())  # (di, N)
+        self.backend = step_backend(u)
+        # one "head" of d_inner channels: the kernel's (B, H, P, N) layout with H = 1
+        y, h = ssm_step(state["h"][:, None], u[:, None], dt[:, None], A[None], Bs[:, None], Cs[:, None],
+                        self.D.float()[None], z=z[:, None], dt_bias=self.dt_proj.bias.float()[None])
+        return self.out_proj(y[:, 0]), {"h": h[:, 0].to(state["h"].dtype), "conv": conv}
 
     def prefill(self, x: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
         """The scan over x from a zero state, plus what the context's state h0 adds, which
@@ -106,8 +122,8 @@ class Mamba(Mixer):
             return torch.zeros_like(x), state
         A = -torch.exp(self.A_log.float())  # (di, N), as the forward
         u, z = self.in_proj(x).chunk(2, dim=-1)  # (B, L, di) each
-        u = torch.cat([state["conv"], u], 1)  # the conv continues over the context's last inputs
-        conv = u[:, -(self.d_conv - 1):]
+        u = torch.cat([state["conv"].transpose(1, 2), u], 1)  # the conv continues over the context's last inputs
+        conv = u[:, -(self.d_conv - 1):].transpose(1, 2).contiguous()  # (B, di, d_conv - 1)
         u = F.silu(causal_conv1d(u, self.conv1d.weight, self.conv1d.bias))[:, -L:]  # (B, L, di)
         dt, Bs, Cs = self.x_proj(u).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
         dt = F.linear(dt, self.dt_proj.weight)  # (B, L, di), bias in the scan

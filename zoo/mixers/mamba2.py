@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from ..ops.conv import CAUSAL_CONV1D_NEEDS, causal_conv1d
 from ..ops.fastpath import Kernel
 from ..ops.ssd import ssd_backend, ssd_scan
+from ..ops.ssm_step import conv_step, ssm_step, step_backend
 from .base import Mixer, check_positive, chunked_linear_attention_flops
 
 MAMBA2_FUSED = Kernel("mamba_ssm.ops.triton.ssd_combined", "mamba_split_conv1d_scan_combined",
@@ -103,9 +104,27 @@ class Mamba2(Mixer):
         return self._scan(zxbcdt, A, None, None)[0]
 
     def init_state(self, batch: int, device=None, dtype=None) -> dict:
-        """The SSM state (B, nheads, headdim, d_state) and the conv's last d_conv - 1 inputs."""
+        """The SSM state (B, nheads, headdim, d_state) and the conv's last d_conv - 1 inputs
+        (B, conv_dim, d_conv - 1), the decode kernels' layouts."""
         return {"S": torch.zeros(batch, self.nheads, self.headdim, self.d_state, device=device, dtype=dtype),
-                "conv": torch.zeros(batch, self.d_conv - 1, self.conv_dim, device=device, dtype=dtype)}
+                "conv": torch.zeros(batch, self.conv_dim, self.d_conv - 1, device=device, dtype=dtype)}
+
+    def step(self, u: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
+        """One token u (B, D): the conv and the SSD state advanced by one input, through
+        causal-conv1d's and mamba_ssm's decode kernels where they run (zoo.ops.ssm_step)."""
+        Bsz, H, P, N, G = u.shape[0], self.nheads, self.headdim, self.d_state, self.ngroups
+        z, xBC, dt = torch.split(self.in_proj(u), [self.d_inner, self.conv_dim, H], dim=-1)
+        xBC, conv = conv_step(xBC, state["conv"], self.conv1d.weight[:, 0], self.conv1d.bias, silu=True)
+        x, B, C = torch.split(xBC, [self.d_inner, G * N, G * N], dim=-1)
+        A = -torch.exp(self.A_log.to(torch.promote_types(self.A_log.dtype, torch.float32)))  # (H,)
+        self.backend = step_backend(x)
+        # one dt, A, D and dt_bias per head, repeated over its P channels without copies
+        # (mamba_ssm's Mamba-2 step passes them so: its kernel then reads each once)
+        y, S = ssm_step(state["S"], x.view(Bsz, H, P), dt[..., None].expand(Bsz, H, P),
+                        A[:, None, None].expand(H, P, N), B.view(Bsz, G, N), C.view(Bsz, G, N),
+                        self.D[:, None].expand(H, P), dt_bias=self.dt_bias[:, None].expand(H, P))
+        y = gated_rmsnorm(y.reshape(Bsz, 1, self.d_inner), z[:, None], self.norm_weight, self.norm_eps, G)
+        return self.out_proj(y[:, 0]), {"S": S.to(state["S"].dtype), "conv": conv}
 
     def prefill(self, u: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
         """The chunked torch path (SSD with an initial state) over u after the state."""
@@ -121,8 +140,8 @@ class Mamba2(Mixer):
         L = zxbcdt.shape[1]
         z, xBC, dt = torch.split(zxbcdt, [self.d_inner, self.conv_dim, self.nheads], dim=-1)
         if conv0 is not None:  # the conv continues over the context's last inputs
-            xBC = torch.cat([conv0, xBC], 1)
-            conv0 = xBC[:, -(self.d_conv - 1):]
+            xBC = torch.cat([conv0.transpose(1, 2), xBC], 1)
+            conv0 = xBC[:, -(self.d_conv - 1):].transpose(1, 2).contiguous()  # (B, conv_dim, d_conv - 1)
         xBC = F.silu(causal_conv1d(xBC, self.conv1d.weight, self.conv1d.bias))[:, -L:]  # (B, L, conv_dim)
         x, B, C = torch.split(xBC, [self.d_inner, self.ngroups * self.d_state,
                                     self.ngroups * self.d_state], dim=-1)
