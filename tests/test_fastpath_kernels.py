@@ -23,7 +23,7 @@ from zoo.mixers.mamba import MAMBA_INNER
 from zoo.mixers.mamba2 import MAMBA2_FUSED
 from zoo.ops.delta_rule import CHUNK_GATED_DELTA_RULE, gated_delta_rule, gated_delta_rule_chunked
 from zoo.ops.fastpath import torch_only
-from zoo.ops.gla import CHUNK_GLA, gla, gla_chunked
+from zoo.ops.gla import CHUNK_GLA, FUSED_RECURRENT_GLA, gla, gla_chunked
 from zoo.ops.rwkv6 import CHUNK_RWKV6
 from zoo.ops.selective_scan import SELECTIVE_SCAN
 from zoo.ops.ssd import SSD_SCAN
@@ -240,6 +240,32 @@ def test_decode_steps_through_the_state_update_kernels(route, name, options):
         with torch_only():
             want, want_state = decode(m, x, prompt=5)
     assert len(conv_calls) == len(ssm_calls) == 7  # one per stepped token
+    torch.testing.assert_close(got, want, rtol=2e-4, atol=2e-5 * want.abs().max().item())
+    for key in want_state:
+        torch.testing.assert_close(state[key], want_state[key], rtol=2e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("name, kernel, backend", [("gla", FUSED_RECURRENT_GLA, "fla_recurrent"),
+                                                   ("gated_deltanet", CAUSAL_CONV1D_UPDATE, "torch_step")])
+def test_linear_attention_decode_steps_through_their_step_kernels(route, name, kernel, backend):
+    """The step on CUDA: GLA's through fla's fused_recurrent_gla (Triton, interpreted), Gated
+    DeltaNet's conv through causal-conv1d's update (its Python reference), against the torch
+    step on the same weights after a prefill; deleting a branch fails the count."""
+    from causal_conv1d.causal_conv1d_interface import causal_conv1d_update_ref
+    from test_decode import decode
+    calls = route(kernel, causal_conv1d_update_ref if kernel is CAUSAL_CONV1D_UPDATE else None)
+    torch.manual_seed(0)
+    m = zoo.build_mixer(name, 32, n_heads=2).eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+        x = torch.randn(3, 12, 32)
+        with torch_only():
+            want, want_state = decode(m, x, prompt=5)
+            assert m.backend == "torch_step"
+        got, state = decode(m, x, prompt=5)  # the prefill's chunk kernel is not routed: it runs torch
+        assert m.backend == backend
+    assert len(calls) == 7
     torch.testing.assert_close(got, want, rtol=2e-4, atol=2e-5 * want.abs().max().item())
     for key in want_state:
         torch.testing.assert_close(state[key], want_state[key], rtol=2e-4, atol=2e-5)

@@ -26,7 +26,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..ops.conv import causal_conv1d
-from ..ops.delta_rule import delta_rule_backend, gated_delta_rule
+from ..ops.delta_rule import delta_rule_backend, gated_delta_rule, gated_delta_rule_ref
+from ..ops.ssm_step import conv_step
 from .base import Mixer, check_positive, chunked_linear_attention_flops
 
 
@@ -83,7 +84,16 @@ class GatedDeltaNet(Mixer):
         """The per-head K x V delta-rule state and the conv's last d_conv - 1 inputs."""
         H = self.n_heads
         return {"S": torch.zeros(batch, H, self.head_dim, self.head_v_dim, device=device, dtype=dtype),
-                "conv": torch.zeros(batch, self.d_conv - 1, self.conv_dim, device=device, dtype=dtype)}
+                "conv": torch.zeros(batch, self.conv_dim, self.d_conv - 1, device=device, dtype=dtype)}
+
+    def step(self, x: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
+        """One token x (B, D): the conv and the delta rule advanced by one input (the conv
+        through causal-conv1d's update on CUDA). fla 0.6's fused_recurrent_gated_delta_rule
+        is not used: under Triton's interpreter it disagrees with the recurrence (and with
+        its own chunk kernel, which agrees with it) at one token and gives NaN at more, so
+        it cannot be checked here."""
+        y, S, conv = self._mix(x[:, None], state["S"], state["conv"], recurrent=True)
+        return y[:, 0], {"S": S.to(state["S"].dtype), "conv": conv}
 
     def prefill(self, x: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
         if x.shape[1] == 0:  # the chunked scan needs a token
@@ -91,16 +101,21 @@ class GatedDeltaNet(Mixer):
         y, S, conv = self._mix(x, state["S"], state["conv"])
         return y, {"S": S.to(state["S"].dtype), "conv": conv}
 
-    def _mix(self, x: torch.Tensor, S0, conv0):
+    def _mix(self, x: torch.Tensor, S0, conv0, recurrent: bool = False):
         """The update for x (B, L, D) after a context with delta-rule state S0 and conv
-        inputs conv0 (B, d_conv - 1, conv_dim) (None, None: no context); the states after x."""
+        inputs conv0 (B, conv_dim, d_conv - 1) (None, None: no context); the states after x.
+        ``recurrent``: one token, through the step kernels (a decode step)."""
         B, L, _ = x.shape  # (B, L, D)
         H, K, V = self.n_heads, self.head_dim, self.head_v_dim
         qkv, gate, a, b = torch.split(self.in_proj(x), [self.conv_dim, self.value_dim, H, H], -1)
-        if conv0 is not None:  # the conv continues over the context's last inputs
-            qkv = torch.cat([conv0, qkv], 1)
-            conv0 = qkv[:, -(self.d_conv - 1):]
-        qkv = F.silu(causal_conv1d(qkv, self.conv1d.weight))[:, -L:]  # (B, L, conv_dim)
+        if recurrent:
+            qkv, conv0 = conv_step(qkv[:, 0], conv0, self.conv1d.weight[:, 0], None, silu=True)
+            qkv = qkv[:, None]  # (B, 1, conv_dim)
+        else:
+            if conv0 is not None:  # the conv continues over the context's last inputs
+                qkv = torch.cat([conv0.transpose(1, 2), qkv], 1)
+                conv0 = qkv[:, -(self.d_conv - 1):].transpose(1, 2).contiguous()  # (B, conv_dim, d_conv - 1)
+            qkv = F.silu(causal_conv1d(qkv, self.conv1d.weight))[:, -L:]  # (B, L, conv_dim)
         q, k, v = torch.split(qkv, [self.key_dim, self.key_dim, self.value_dim], -1)
         q, k = (l2_normalize(t.unflatten(-1, (H, K))) for t in (q, k))  # (B, L, H, K)
         v = v.unflatten(-1, (H, V))  # (B, L, H, V)
@@ -111,9 +126,13 @@ class GatedDeltaNet(Mixer):
         g = A * F.softplus(a.to(cdt) + self.dt_bias.to(cdt))  # (B, L, H), <= 0
         beta = torch.sigmoid(b.to(cdt)).to(x.dtype)  # (B, L, H) in (0, 1)
 
-        self.backend = delta_rule_backend(q)
-        o, S = gated_delta_rule(q, k, v, g, beta, initial_state=S0, output_final_state=S0 is not None,
-                                chunk_size=self.chunk_size)  # (B, L, H, V)
+        if recurrent:
+            self.backend = "torch_step"
+            o, S = gated_delta_rule_ref(q, k, v, g, beta, initial_state=S0, output_final_state=True)
+        else:
+            self.backend = delta_rule_backend(q)
+            o, S = gated_delta_rule(q, k, v, g, beta, initial_state=S0, output_final_state=S0 is not None,
+                                    chunk_size=self.chunk_size)  # (B, L, H, V)
 
         # RMSNorm per head, then the SiLU output gate (fla's FusedRMSNormGated: norm first).
         o = o.to(cdt)

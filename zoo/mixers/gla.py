@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..ops.gla import gla, gla_backend
+from ..ops.gla import gla, gla_backend, gla_recurrent, recurrent_backend
 from .base import Mixer, check_positive, chunked_linear_attention_flops
 
 
@@ -90,9 +90,15 @@ class GLA(Mixer):
         y, S = self._gla(x, state["S"])
         return y, {"S": S.to(state["S"].dtype)}
 
-    def _gla(self, x: torch.Tensor, S0):
+    def step(self, x: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
+        """One token x (B, D) through the recurrence itself (fla's fused_recurrent_gla on
+        CUDA), not the chunked form over a chunk of one."""
+        y, S = self._gla(x[:, None], state["S"], recurrent=True)
+        return y[:, 0], {"S": S.to(state["S"].dtype)}
+
+    def _gla(self, x: torch.Tensor, S0, recurrent: bool = False):
         """The update for x (B, L, D) after a context whose state is S0 (None: none), and
-        the state after x."""
+        the state after x; ``recurrent``: token by token (a decode step)."""
         B, L, _ = x.shape  # (B, L, D)
         H, Kh, Vh = self.n_heads, self.head_k_dim, self.head_v_dim
         q = self.q_proj(x).view(B, L, H, Kh)
@@ -100,9 +106,10 @@ class GLA(Mixer):
         v = self.v_proj(x).view(B, L, H, Vh)
         # log decay in fp32: it is summed over time inside the scan
         gk = F.logsigmoid(self.gk_proj(x).float()) / self.gate_logit_normalizer
-        self.backend = gla_backend(q)  # decided like gla() decides: on q
-        o, S = gla(q, k, v, gk.view(B, L, H, Kh), initial_state=S0, output_final_state=S0 is not None,
-                   chunk_size=self.chunk_size)  # (B, L, H, Vh)
+        self.backend = (recurrent_backend if recurrent else gla_backend)(q)  # decided as the op decides: on q
+        o, S = (gla_recurrent if recurrent else gla)(q, k, v, gk.view(B, L, H, Kh), initial_state=S0,
+                                                     output_final_state=S0 is not None,
+                                                     chunk_size=self.chunk_size)  # (B, L, H, Vh)
 
         # per-head RMSNorm, then the swish gate (fla's FusedRMSNormGated order), in fp32
         cdt = torch.promote_types(o.dtype, torch.float32)

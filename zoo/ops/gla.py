@@ -12,7 +12,8 @@ with gk the LOG decay (gk <= 0) and scale defaulting to K^-0.5 as in fla.
 Three forms, each checkable against the others:
 - ``gla_ref``: the recurrence one step at a time, the readable definition;
 - ``gla_chunked``: the same on the RWKV-6 chunk core (zoo.ops.rwkv6), linear in L;
-- ``gla``: fla's fused ``chunk_gla`` on CUDA when usable, else ``gla_chunked``.
+- ``gla``: fla's fused ``chunk_gla`` on CUDA when usable, else ``gla_chunked``;
+- ``gla_recurrent`` (a decode step): fla's ``fused_recurrent_gla`` on CUDA, else ``gla_ref``.
 
 Mapping onto the RWKV-6 core. RWKV-6 reads the state BEFORE the update and adds the
 current token through a constant bonus u (H, K):
@@ -40,6 +41,11 @@ from .rwkv6 import rwkv6_scan_chunked
 
 CHUNK_GLA = Kernel("fla.ops.gla", "chunk_gla", "flash-linear-attention", "0.2.0",
                    "the (B, L, H, K) layout; 0.1.x read it as head-first")
+
+
+# fused_recurrent_gla: the recurrence token by token in one kernel, fla's decode path.
+FUSED_RECURRENT_GLA = Kernel("fla.ops.gla", "fused_recurrent_gla", "flash-linear-attention", "0.2.0",
+                             "the (B, L, H, K) layout; 0.1.x read it as head-first")
 
 
 def gla_backend(x: torch.Tensor) -> str:
@@ -99,3 +105,18 @@ def gla(q, k, v, gk, scale=None, initial_state=None, output_final_state=False,
     h0 = None if initial_state is None else initial_state.float()
     return CHUNK_GLA(q, k, v, gk, scale=scale, initial_state=h0,
                      output_final_state=output_final_state)
+
+
+def gla_recurrent(q, k, v, gk, scale=None, initial_state=None, output_final_state=False, chunk_size=None):
+    """The recurrence token by token, for a decode step's few tokens: fla's
+    ``fused_recurrent_gla`` on CUDA when usable, else ``gla_ref``. Same arguments and
+    returns as ``gla`` (``chunk_size`` unused: there are no chunks)."""
+    if not FUSED_RECURRENT_GLA.usable(q):
+        return gla_ref(q, k, v, gk, scale, initial_state, output_final_state)
+    h0 = None if initial_state is None else initial_state.float()  # the kernel keeps its state in fp32
+    return FUSED_RECURRENT_GLA(q, k, v, gk, scale=scale, initial_state=h0, output_final_state=output_final_state)
+
+
+def recurrent_backend(x: torch.Tensor) -> str:
+    """What ``gla_recurrent`` runs for inputs like ``x``."""
+    return "fla_recurrent" if FUSED_RECURRENT_GLA.usable(x) else "torch_step"
