@@ -16,12 +16,12 @@ from .fastpath import Kernel
 
 # causal_conv1d_update(x (B, C), conv_state (B, C, W - 1), weight (C, W), bias, activation):
 # writes the shifted state in place and returns (B, C); compiled CUDA.
-CAUSAL_CONV1D_UPDATE = Kernel("causal_conv1d", "causal_conv1d_update", "causal-conv1d", "1.1.0",
-                              "causal_conv1d_update with a state of width - 1 inputs")
+CAUSAL_CONV1D_UPDATE = Kernel("causal_conv1d", "causal_conv1d_update", "causal-conv1d", "1.2.0",
+                              "the floor of the package in pyproject's cuda extra")
 # selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus): Triton, the
 # state updated in place; heads (B, H, P, N) or none (B, D, N).
 SELECTIVE_STATE_UPDATE = Kernel("mamba_ssm.ops.triton.selective_state_update", "selective_state_update",
-                                "mamba-ssm", "1.0.0", "selective_state_update with heads")
+                                "mamba-ssm", "2.0.0", "the floor of the package in pyproject's cuda extra")
 
 
 def conv_step_ref(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
