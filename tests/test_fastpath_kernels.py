@@ -24,7 +24,7 @@ from zoo.mixers.mamba2 import MAMBA2_FUSED
 from zoo.ops.delta_rule import CHUNK_GATED_DELTA_RULE, gated_delta_rule, gated_delta_rule_chunked
 from zoo.ops.fastpath import torch_only
 from zoo.ops.gla import CHUNK_GLA, FUSED_RECURRENT_GLA, gla, gla_chunked
-from zoo.ops.rwkv6 import CHUNK_RWKV6
+from zoo.ops.rwkv6 import CHUNK_RWKV6, FUSED_RECURRENT_RWKV6
 from zoo.ops.selective_scan import SELECTIVE_SCAN
 from zoo.ops.ssd import SSD_SCAN
 from zoo.ops.ssm_step import CAUSAL_CONV1D_UPDATE, SELECTIVE_STATE_UPDATE
@@ -246,16 +246,19 @@ def test_decode_steps_through_the_state_update_kernels(route, name, options):
 
 
 @pytest.mark.parametrize("name, kernel, backend", [("gla", FUSED_RECURRENT_GLA, "fla_recurrent"),
+                                                   ("rwkv6", FUSED_RECURRENT_RWKV6, "fla_recurrent"),
+                                                   ("retnet", FUSED_RECURRENT_RWKV6, "fla_recurrent"),
                                                    ("gated_deltanet", CAUSAL_CONV1D_UPDATE, "torch_step")])
 def test_linear_attention_decode_steps_through_their_step_kernels(route, name, kernel, backend):
-    """The step on CUDA: GLA's through fla's fused_recurrent_gla (Triton, interpreted), Gated
-    DeltaNet's conv through causal-conv1d's update (its Python reference), against the torch
-    step on the same weights after a prefill; deleting a branch fails the count."""
+    """The step on CUDA: GLA's, RWKV-6's and RetNet's through fla's fused_recurrent kernels
+    (Triton, interpreted), Gated DeltaNet's conv through causal-conv1d's update (its Python
+    reference), against the torch step on the same weights after a prefill; deleting a
+    branch fails the count."""
     from causal_conv1d.causal_conv1d_interface import causal_conv1d_update_ref
     from test_decode import decode
     calls = route(kernel, causal_conv1d_update_ref if kernel is CAUSAL_CONV1D_UPDATE else None)
     torch.manual_seed(0)
-    m = zoo.build_mixer(name, 32, n_heads=2).eval()
+    m = zoo.build_mixer(name, 32, **({"head_size": 16} if name == "rwkv6" else {"n_heads": 2})).eval()
     with torch.no_grad():
         for p in m.parameters():
             p.add_(0.05 * torch.randn_like(p))

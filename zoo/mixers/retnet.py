@@ -26,12 +26,14 @@ Choices:
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..ops.retention import retention
-from ..ops.rwkv6 import rwkv6_backend
+from ..ops.retention import retention, retention_as_rwkv6
+from ..ops.rwkv6 import recurrent_backend, rwkv6_backend, rwkv6_recurrent
 from .base import Mixer, check_divisible, check_positive, chunked_linear_attention_flops
 
 
@@ -86,9 +88,15 @@ class RetNet(Mixer):
         y, S = self._retain(x, state["S"], state["seen"])
         return y, {"S": S.to(state["S"].dtype), "seen": state["seen"] + x.shape[1]}
 
-    def _retain(self, x: torch.Tensor, S0, start: int):
+    def step(self, x: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
+        """One token x (B, D) through the recurrence itself (on CUDA fla's
+        fused_recurrent_rwkv6, as the chunked form runs on its chunk_rwkv6)."""
+        y, S = self._retain(x[:, None], state["S"], state["seen"], recurrent=True)
+        return y[:, 0], {"S": S.to(state["S"].dtype), "seen": state["seen"] + 1}
+
+    def _retain(self, x: torch.Tensor, S0, start: int, recurrent: bool = False):
         """The update for x (B, L, D) after ``start`` tokens whose state is S0 (None: none),
-        and the state after x."""
+        and the state after x; ``recurrent``: token by token (a decode step)."""
         B, L, D = x.shape
         H = self.n_heads
 
@@ -97,10 +105,11 @@ class RetNet(Mixer):
 
         q, k = rope(heads(self.q_proj(x)), start), rope(heads(self.k_proj(x)), start)
         v = heads(self.v_proj(x))
-        self.backend = rwkv6_backend(x)
+        self.backend = (recurrent_backend if recurrent else rwkv6_backend)(x)
         # the default scale K^-0.5 is torchscale's key scaling
-        y, S = retention(q, k, v, self.log_gamma(x.device), initial_state=S0, output_final_state=S0 is not None,
-                         chunk_size=self.chunk_size)
+        core = functools.partial(retention_as_rwkv6, scan=rwkv6_recurrent) if recurrent else retention
+        y, S = core(q, k, v, self.log_gamma(x.device), initial_state=S0, output_final_state=S0 is not None,
+                    chunk_size=self.chunk_size)
         y = self.group_norm(y.transpose(1, 2).reshape(B * L, -1)).view(B, L, -1)
         return self.out_proj(F.silu(self.g_proj(x)) * y), S
 

@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..ops.rwkv6 import rwkv6_backend, rwkv6_scan
+from ..ops.rwkv6 import recurrent_backend, rwkv6_backend, rwkv6_recurrent, rwkv6_scan
 from .base import Mixer, check_positive, chunked_linear_attention_flops
 
 
@@ -89,9 +89,16 @@ class RWKV6(Mixer):
         y, S = self._mix(x, state["S"], state["prev"])
         return y, {"S": S.to(state["S"].dtype), "prev": x[:, -1:]}
 
-    def _mix(self, x: torch.Tensor, S0, prev):
+    def step(self, x: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
+        """One token x (B, D) through the recurrence itself (fla's fused_recurrent_rwkv6 on
+        CUDA), not the chunked form over a chunk of one."""
+        y, S = self._mix(x[:, None], state["S"], state["prev"], recurrent=True)
+        return y[:, 0], {"S": S.to(state["S"].dtype), "prev": x[:, None]}
+
+    def _mix(self, x: torch.Tensor, S0, prev, recurrent: bool = False):
         """The update for x (B, L, D) after a context with matrix state S0 and last token
-        prev (B, 1, D) (None, None: no context), and the matrix state after x."""
+        prev (B, 1, D) (None, None: no context), and the matrix state after x;
+        ``recurrent``: token by token (a decode step)."""
         B, L, D = x.shape
         H, K = self.n_heads, self.head_size
         before = F.pad(x, (0, 0, 1, -1)) if prev is None else torch.cat([prev, x[:, :-1]], 1)
@@ -109,11 +116,11 @@ class RWKV6(Mixer):
         def heads(t):  # (B, L, D) -> (B, H, L, K)
             return t.view(B, L, H, K).transpose(1, 2)
 
-        self.backend = rwkv6_backend(x)
+        self.backend = (recurrent_backend if recurrent else rwkv6_backend)(x)
         # RWKV does not scale the receptance (scale=1): GroupNorm takes care of the size.
-        y, S = rwkv6_scan(heads(r), heads(k), heads(v), heads(w), self.time_faaaa, scale=1.0,
-                          initial_state=S0, output_final_state=S0 is not None,
-                          chunk_size=self.chunk_size)  # (B, H, L, K)
+        y, S = (rwkv6_recurrent if recurrent else rwkv6_scan)(
+            heads(r), heads(k), heads(v), heads(w), self.time_faaaa, scale=1.0, initial_state=S0,
+            output_final_state=S0 is not None, chunk_size=self.chunk_size)  # (B, H, L, K)
         y = self.ln_x(y.transpose(1, 2).reshape(B * L, D)).view(B, L, D)
         return self.output(y * g), S
 

@@ -23,7 +23,7 @@ def retention(q, k, v, log_gamma, scale=None, initial_state=None, output_final_s
 
 
 def retention_as_rwkv6(q, k, v, log_gamma, scale=None, initial_state=None,
-                       output_final_state=False, chunk_size=64):
+                       output_final_state=False, chunk_size=64, scan=rwkv6_scan):
     """Retention on the RWKV-6 core (zoo.ops.rwkv6_scan), same arguments and returns.
 
     RWKV-6 reads the state *before* the current update, S_{t-1}, and adds the current
@@ -32,6 +32,7 @@ def retention_as_rwkv6(q, k, v, log_gamma, scale=None, initial_state=None,
     So feed rwkv6_scan q' = gamma q, w = log gamma, u = 1/gamma: it computes
         q'_t S_{t-1} + q'_t (u k_t)^T v_t = gamma q_t S_{t-1} + q_t k_t^T v_t,
     the same thing, with the same state sequence (the recurrences are identical).
+    ``scan``: the RWKV-6 form to run it on (``rwkv6_recurrent`` for a decode step).
     """
     B, H, L, K = q.shape
     log_gamma = log_gamma.to(torch.promote_types(q.dtype, torch.float32))
@@ -39,7 +40,7 @@ def retention_as_rwkv6(q, k, v, log_gamma, scale=None, initial_state=None,
     w = log_gamma.view(1, H, 1, 1).expand(B, H, L, K)
     u = (1 / gamma)[:, None].expand(H, K)
     q = (q * gamma.view(H, 1, 1)).to(q.dtype)
-    return rwkv6_scan(q, k, v, w, u, scale, initial_state, output_final_state, chunk_size)
+    return scan(q, k, v, w, u, scale, initial_state, output_final_state, chunk_size)
 
 
 def retention_chunked(q, k, v, log_gamma, scale=None, initial_state=None,

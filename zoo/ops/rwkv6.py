@@ -48,6 +48,11 @@ CHUNK_RWKV6 = Kernel("fla.ops.rwkv6", "chunk_rwkv6", "flash-linear-attention", "
                      "the (B, L, H, K) layout; 0.1.x read it as head-first")
 
 
+# fused_recurrent_rwkv6: the recurrence token by token, fla's decode path.
+FUSED_RECURRENT_RWKV6 = Kernel("fla.ops.rwkv6", "fused_recurrent_rwkv6", "flash-linear-attention", "0.2.0",
+                               "the (B, L, H, K) layout; 0.1.x read it as head-first")
+
+
 def rwkv6_backend(x: torch.Tensor) -> str:
     """The implementation ``rwkv6_scan`` runs for inputs like ``x``."""
     return "fla" if CHUNK_RWKV6.usable(x) else "torch_chunked"
@@ -65,6 +70,24 @@ def rwkv6_scan(q, k, v, w, u, scale=None, initial_state=None, output_final_state
     o, final = CHUNK_RWKV6(q, k, v, w, u, scale=scale, initial_state=initial_state,
                            output_final_state=output_final_state)
     return o.transpose(1, 2), final  # fla picks its own chunk size
+
+
+def rwkv6_recurrent(q, k, v, w, u, scale=None, initial_state=None, output_final_state=False, chunk_size=None):
+    """The recurrence token by token, for a decode step's few tokens: fla's
+    ``fused_recurrent_rwkv6`` on CUDA when usable, else ``rwkv6_scan_ref``. Same arguments
+    and returns as ``rwkv6_scan`` (``chunk_size`` unused)."""
+    if not FUSED_RECURRENT_RWKV6.usable(q):
+        return rwkv6_scan_ref(q, k, v, w, u, scale, initial_state, output_final_state)
+    q, k, v, w = (t.transpose(1, 2) for t in (q, k, v, w))  # (B, L, H, *)
+    h0 = None if initial_state is None else initial_state.float()  # the kernel keeps its state in fp32
+    o, final = FUSED_RECURRENT_RWKV6(q, k, v, w, u, scale=q.shape[-1] ** -0.5 if scale is None else scale,
+                                     initial_state=h0, output_final_state=output_final_state)
+    return o.transpose(1, 2), final
+
+
+def recurrent_backend(x: torch.Tensor) -> str:
+    """What ``rwkv6_recurrent`` runs for inputs like ``x``."""
+    return "fla_recurrent" if FUSED_RECURRENT_RWKV6.usable(x) else "torch_step"
 
 
 def rwkv6_scan_ref(q, k, v, w, u, scale=None, initial_state=None, output_final_state=False):
