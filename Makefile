@@ -55,7 +55,8 @@ demo: venv
 	$(BIN)/linbench report smoke --results-dir $(RESULTS)
 
 # On a CUDA machine: every cuda-marked test, each fast path against its torch path in
-# bf16 (FlashAttention's rule) and the GPU benchmark, all under $(OUT)/, in about 8 min.
+# bf16 (FlashAttention's rule), the GPU benchmark, each step form against its parallel form
+# and the decode benchmark, all under $(OUT)/, in about 8 min.
 # It installs nothing: build the venv first (make venv TORCH="torch==<cuda build>"), or,
 # on a machine without network, run `python -m tasks.benchmarks.gpu_check --out DIR` with a Python
 # that has torch and the kernels (make gpu-check BIN=/path/to/env/bin).

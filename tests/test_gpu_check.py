@@ -237,3 +237,24 @@ def test_end_to_end_on_cpu(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert f"parity: {n_fused} pass, 0 fail, {len(parity) - n_fused} no_fast_path, 0 error, 0 skipped" in out
     assert f"bench rows: {len(bench)} ok, 0 oom, 0 timeout, 0 error, 0 skipped" in out
+    # the decode: every mixer's step form against its parallel form, and a decode point per context
+    dparity = read(tmp_path / "decode_parity.csv")
+    assert list(dparity[0]) == g.DECODE_PARITY_FIELDS and [r["mixer"] for r in dparity] == list(zoo.MIXERS)
+    assert all(r["status"] == "ok" and r["pass"] == "True" for r in dparity), dparity
+    assert {r["backend_step"] for r in dparity} >= {"sdpa", "torch_step", "plucker_step"}
+    dec = read(tmp_path / "decode.csv")
+    assert list(dec[0]) == g.DECODE_FIELDS and len(dec) == len(zoo.MIXERS) * 2
+    assert {r["status"] for r in dec} == {"ok"} and {r["context"] for r in dec} == {"0", "64"}
+    assert f"decode parity: {len(zoo.MIXERS)} pass, 0 fail, 0 error, 0 skipped" in out
+    assert f"decode rows: {len(dec)} ok, 0 oom, 0 timeout, 0 error, 0 skipped" in out
+
+
+@cpu_only
+def test_a_step_form_that_drifts_fails_decode_parity(monkeypatch):
+    """The decode rule catches a step that is not the parallel form: a GLA step 1 % off."""
+    from zoo.mixers.gla import GLA
+    assert g.decode_parity_row("gla", {}, (2, 37, 32), torch.device("cpu"))["pass"]
+    real = GLA.step
+    monkeypatch.setattr(GLA, "step", lambda self, x, state: (lambda y, s: (1.01 * y, s))(*real(self, x, state)))
+    row = g.decode_parity_row("gla", {}, (2, 37, 32), torch.device("cpu"))
+    assert not row["pass"] and row["ratio"] > 100

@@ -2,7 +2,7 @@
 whether the CUDA fast paths import, agree with the torch paths, and how fast they are.
 
     python -m tasks.benchmarks.gpu_check --out DIR [--quick] [--budget-s 480] [--mixers SPEC]
-        [--skip-tests] [--skip-parity] [--skip-bench] [--allow-cpu]
+        [--skip-tests] [--skip-parity] [--skip-bench] [--skip-decode] [--allow-cpu]
 
 Everything goes under DIR, row by row as it finishes (a run cut short keeps its rows):
   environment.csv          torch, CUDA, the device, then zoo.ops.status(): every fast-path
@@ -10,6 +10,9 @@ Everything goes under DIR, row by row as it finishes (a run cut short keeps its 
   pytest_cuda.txt/.xml     the output and JUnit XML of `pytest -m cuda -q`
   parity.csv               per (mixer, tensor): fast path and torch path vs an fp32 reference
   bench.csv                tasks.benchmarks.scaling points in bf16 (fwd, fwd_bwd) until the budget ends
+  decode_parity.csv        per mixer: its step form (prefill a quarter, step the rest) against
+                           the parallel form, both in bf16, and both against an fp32 forward
+  decode.csv               tasks.benchmarks.decode points in bf16, batch 1, after contexts up to 64k
 
 Parity is FlashAttention's test rule. With a the fp32 torch-path result, b the fast path
 under bf16 autocast and c the torch path under the same autocast, the fast path passes
@@ -18,6 +21,11 @@ itself at that precision. It is checked for the output, dL/dx and every weight's
 a and c run a copy with the same weights whose pinned implementation is reset to the
 readable one (grassmann impl='eager', attention backend='auto'): torch_only() alone would
 run grassmann's fused kernel as its factored form, not against the eager reference.
+
+Decode parity is the same rule on the decode: with a the fp32 parallel forward, b the step
+form in bf16 and c the parallel form in bf16, b passes where max|b - a| <= 2 max|c - a| +
+1e-3 max|a| (the last term fla's 2e-3-style floor, so that an fp32 run on CPU, where c is
+exact, still has a tolerance).
 
 Exit status: 0 when every check ran and held; 1 when a parity row fails or errors, or the
 CUDA tests fail or time out (the verdicts this script exists for; bench rows that are
@@ -46,7 +54,7 @@ from zoo.mixers import is_mixer
 from zoo.mixers.attention import FLASH_ATTN
 from zoo.ops.fastpath import installed_version
 
-from . import scaling
+from . import decode, scaling
 from ..engine.cli import format_table, parse_mixers
 from ..engine.runs import REPO, environment
 
@@ -60,6 +68,9 @@ TESTS_SHARE = 0.3  # of the budget, at most, for `pytest -m cuda`
 ENV_FIELDS = ["name", "package", "min_version", "installed", "importable", "why_not"]
 PARITY_FIELDS = ["mixer", "tensor", "status", "backend_fast", "backend_torch", "err_fast",
                  "err_torch", "ratio", "pass", "why"]
+DECODE_PARITY_FIELDS = ["mixer", "status", "backend_step", "err_step", "err_parallel", "ratio", "pass", "why"]
+DECODE_FIELDS = ["label", "d_model", "dtype", "context", "batch", "status", "prefill_ms", "ms_per_token",
+                 "tokens_per_s", "state_mb_per_seq", "decode_mem_mb", "bandwidth_fraction", "backend", "error"]
 BENCH_FIELDS = ["label", "d_model", "dtype", "seq_len", "batch", "tokens", "pass", "status",
                 "median_ms", "p20_ms", "p80_ms", "repeats", "tokens_per_s", "peak_mem_mb",
                 "flops_per_s", "backend", "error"]
@@ -73,17 +84,19 @@ class Sizes:
     tokens: int  # per bench batch: batch = tokens // L
     warmup: int
     repeats: int
+    contexts: tuple[int, ...] = (0, 64)  # of the decode benchmark
 
 
 def sizes(device_type: str, quick: bool) -> Sizes:
     if device_type == "cuda":
         if quick:  # a dry run: the shortest and the longest length, few repeats
-            return Sizes((2, 515, 128), (256,), (1024, 16384), 16384, 1, 3)
-        return Sizes((2, 515, 128), (256, 1024), (1024, 2048, 4096, 8192, 16384), 16384, 2, 10)
+            return Sizes((2, 515, 128), (256,), (1024, 16384), 16384, 1, 3, (0, 16384))
+        return Sizes((2, 515, 128), (256, 1024), (1024, 2048, 4096, 8192, 16384), 16384, 2, 10,
+                     (0, 1024, 4096, 16384, 65536))
     # --allow-cpu: the same code paths at sizes a 2-core test run affords
     if quick:
-        return Sizes((2, 67, 64), (64,), (64, 128), 256, 1, 2)
-    return Sizes((2, 131, 64), (64,), (64, 128, 256), 512, 1, 3)
+        return Sizes((2, 67, 64), (64,), (64, 128), 256, 1, 2, (0, 64))
+    return Sizes((2, 131, 64), (64,), (64, 128, 256), 512, 1, 3, (0, 64, 256))
 
 
 class CsvLog:
@@ -211,6 +224,78 @@ def run_parity(todo, size, device, deadline: float, log: CsvLog) -> None:
               + (f" ({rows[0]['why']})" if rows[0]["why"] else ""), flush=True)
 
 
+# ---------------------------------------------------------------------- decode
+
+
+def decode_parity_row(mixer: str, options: dict, size: tuple[int, int, int], device, seed: int = 0) -> dict:
+    """One mixer's step form against its parallel form (see the module doc)."""
+    B, L, D = size
+    low = torch.bfloat16 if device.type == "cuda" else torch.float32
+    high = torch.float32 if device.type == "cuda" else torch.float64
+    torch.manual_seed(seed)
+    m = zoo.build_mixer(mixer, D, **options).to(device).eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(0.02 * torch.randn_like(p))
+    x = torch.randn(B, L, D, device=device)
+    with torch.no_grad():
+        a = m.to(high)(x.to(high)).float()
+        m = m.to(low)
+        c = m(x.to(low)).float()
+        state = m.init_state(B, device, low)
+        y, state = m.prefill(x[:, :L // 4].to(low), state)
+        steps = [y]
+        for t in range(L // 4, L):
+            y_t, state = m.step(x[:, t].to(low), state)
+            steps.append(y_t[:, None])
+        b = torch.cat(steps, 1).float()
+    err_step, err_parallel = (b - a).abs().max().item(), (c - a).abs().max().item()
+    return {"mixer": label(mixer, options), "status": "ok", "backend_step": m.backend, "err_step": err_step,
+            "err_parallel": err_parallel, "ratio": err_step / err_parallel if err_parallel else float("inf"),
+            "pass": err_step <= 2 * err_parallel + 1e-3 * a.abs().max().item(), "why": ""}
+
+
+def run_decode_parity(todo, size, device, deadline: float, log: CsvLog) -> None:
+    for mixer, options in todo:
+        name = label(mixer, options)
+        if time.monotonic() > deadline:
+            row = {"mixer": name, "status": "skipped", "why": "time budget spent"}
+        else:
+            try:
+                row = decode_parity_row(mixer, options, size, device)
+            except Exception as err:  # a broken step form is a row, never the end of the check
+                row = {"mixer": name, "status": "error", "why": f"{type(err).__name__}: {err}"}
+        log.add([row])
+        print(f"decode parity {name}: {row['status']}" + (f" {row['backend_step']}, ratio {row['ratio']:.3g}"
+              + ("" if row["pass"] else ", FAILED") if row["status"] == "ok" else f" ({row['why']})"), flush=True)
+
+
+def run_decode_bench(todo, sz: Sizes, device: str, deadline: float, log: CsvLog) -> None:
+    """Every mixer through tasks.benchmarks.decode at the smaller width, batch 1, bf16 (fp32
+    on CPU), in this process; a mixer's longer contexts are skipped after an oom or timeout."""
+    dtype = "bfloat16" if device == "cuda" else "float32"
+    d = sz.d_models[0]
+    for mixer, options in todo:
+        name, remaining = label(mixer, options), deadline - time.monotonic()
+        if remaining <= 0:
+            points = [{"context": c, "batch": 1, "status": "skipped", "error": "time budget spent"}
+                      for c in sz.contexts]
+        else:
+            try:
+                cfg = decode.DecodeConfig(mixer=mixer, mixer_options=options, label=name, d_model=d,
+                                          contexts=sz.contexts, device=device, dtype=dtype,
+                                          new_tokens=sz.repeats * 4, warmup=sz.warmup, isolate=False,
+                                          time_limit_s=min(POINT_LIMIT_S, remaining), bandwidth_mb=64)
+                points = decode.run(cfg, progress=False)["points"]
+            except Exception as err:
+                points = [{"context": c, "batch": 1, "status": "error", "error": f"{type(err).__name__}: {err}"}
+                          for c in sz.contexts]
+        log.add([{"label": name, "d_model": d, "dtype": dtype, **p} for p in points])
+        print(f"decode {name} d={d}: " + ", ".join(
+            f"{p['context']}: {p['ms_per_token']:.3g} ms" if p["status"] == "ok" else f"{p['context']}: {p['status']}"
+            for p in points), flush=True)
+
+
 # ---------------------------------------------------------------------- benchmark
 
 
@@ -293,6 +378,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--skip-tests", action="store_true")
     p.add_argument("--skip-parity", action="store_true")
     p.add_argument("--skip-bench", action="store_true")
+    p.add_argument("--skip-decode", action="store_true", help="no decode parity, no decode benchmark")
     p.add_argument("--allow-cpu", action="store_true", help="without CUDA, run on CPU at tiny sizes")
     args = p.parse_args(argv)
     if args.budget_s <= 0:
@@ -357,6 +443,19 @@ def main(argv=None) -> int:
         run_bench(bench_plan(todo, sz), sz, device.type, deadline - RESERVE_S, bench)
         summary.append("bench rows: " + tally(bench.rows, ("ok", "oom", "timeout", "error", "skipped")))
         written.append(bench.path)
+
+    if not args.skip_decode:
+        dparity = CsvLog(args.out / "decode_parity.csv", DECODE_PARITY_FIELDS)
+        run_decode_parity(args.mixers or variants("parity"), sz.parity, device, deadline - RESERVE_S, dparity)
+        bad = sorted({r["mixer"] for r in dparity.rows if r.get("pass") is False or r["status"] == "error"})
+        summary.append(f"decode parity: {sum(r.get('pass') is True for r in dparity.rows)} pass, "
+                       f"{sum(r.get('pass') is False for r in dparity.rows)} fail, "
+                       + tally(dparity.rows, ("error", "skipped")) + (f"; failed or broken: {', '.join(bad)}" if bad else ""))
+        verdicts_failed |= bool(bad)
+        dbench = CsvLog(args.out / "decode.csv", DECODE_FIELDS)
+        run_decode_bench(args.mixers or variants("parity"), sz, device.type, deadline - RESERVE_S, dbench)
+        summary.append("decode rows: " + tally(dbench.rows, ("ok", "oom", "timeout", "error", "skipped")))
+        written += [dparity.path, dbench.path]
 
     print("\n".join(["", *summary, "wrote: " + ", ".join(str(p) for p in written if p.exists())]))
     return 1 if verdicts_failed else 0
