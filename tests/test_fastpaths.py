@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import zoo
-from zoo.mixers.attention import FLASH_ATTN
+from zoo.mixers.attention import FLASH_ATTN, FLASH_KVCACHE
 from zoo.ops.attention import LOCAL_BLOCK, attention_ref, local_attention
 from zoo.ops import fastpath
 from zoo.ops.fastpath import FLOAT, HALF, Kernel, torch_only
@@ -42,18 +42,24 @@ def flash_attn_documented(q, k, v, dropout_p=0.0, softmax_scale=None, causal=Fal
     return torch.einsum("bhij,bjhd->bihd", p, v.double()).to(q.dtype)
 
 
-@pytest.fixture
-def fake_flash(monkeypatch):
-    """flash_attn_func stood in by its documented semantics, allowed on CPU tensors."""
+def stand_in(monkeypatch, kernel, documented) -> list:
+    """``kernel`` stood in by its documented semantics, allowed on CPU tensors; returns
+    the keyword arguments of every call."""
     calls = []
 
     def spy(*args, **kwargs):
         calls.append(kwargs)
-        return flash_attn_documented(*args, **kwargs)
+        return documented(*args, **kwargs)
 
-    monkeypatch.setattr(FLASH_ATTN, "fn", spy)
-    monkeypatch.setattr(FLASH_ATTN, "devices", ("cuda", "cpu"))
+    monkeypatch.setattr(kernel, "fn", spy)
+    monkeypatch.setattr(kernel, "devices", ("cuda", "cpu"))
     return calls
+
+
+@pytest.fixture
+def fake_flash(monkeypatch):
+    """flash_attn_func stood in by its documented semantics, allowed on CPU tensors."""
+    return stand_in(monkeypatch, FLASH_ATTN, flash_attn_documented)
 
 
 # --- the attention decision ---------------------------------------------------------
@@ -128,6 +134,52 @@ def test_flash_attn_call_matches_documented_semantics(fake_flash, monkeypatch, m
     assert len(fake_flash) == 1
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def flash_attn_with_kvcache_documented(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None,
+                                       softmax_scale=None, causal=False, window_size=(-1, -1), **others):
+    """flash_attn_with_kvcache as flash-attention's docstring documents it: k_cache, v_cache
+    (batch, seqlen_cache, nheads, headdim) are updated in place with k, v (batch, seqlen_new,
+    nheads, headdim) starting at cache_seqlens (int32, (batch,)); then q attends to each
+    sequence's first cache_seqlens + seqlen_new keys, causal aligned to the bottom right."""
+    assert not others and k is not None and v is not None, others
+    out = []
+    for b, start in enumerate(cache_seqlens.tolist()):
+        end = start + k.shape[1]
+        k_cache[b, start:end], v_cache[b, start:end] = k[b], v[b]
+        out.append(flash_attn_documented(q[b:b + 1], k_cache[b:b + 1, :end], v_cache[b:b + 1, :end],
+                                         softmax_scale=softmax_scale, causal=causal, window_size=window_size))
+    return torch.cat(out)
+
+
+def test_attention_decode_through_flash_attn_with_kvcache(fake_flash, monkeypatch):
+    """Full attention's prefill and steps on CUDA: flash_attn_with_kvcache on the cache
+    (written in place through its transposed view), against the SDPA decode on the same
+    weights; the window keeps its own path. Deleting the branch fails the count."""
+    from test_decode import decode
+    calls = stand_in(monkeypatch, FLASH_KVCACHE, flash_attn_with_kvcache_documented)
+    for kernel in (FLASH_ATTN, FLASH_KVCACHE):
+        monkeypatch.setattr(kernel, "dtypes", FLOAT)  # compare in fp32, not bf16 noise
+    torch.manual_seed(0)
+    m = zoo.build_mixer("attention", 48, n_heads=3, rotary=8).eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+        x = torch.randn(2, 75, 48)  # past a 64-position block: the cache grows once mid-decode
+        got, state = decode(m, x, prompt=60)
+        assert m.backend == "flash_attn_kvcache"
+        with torch_only():
+            want, want_state = decode(m, x, prompt=60)
+            assert m.backend == "sdpa"
+    assert len(calls) == 1 + 15 and all(c["causal"] for c in calls)
+    assert [c["cache_seqlens"].tolist() for c in calls[:2]] == [[0, 0], [60, 60]]
+    torch.testing.assert_close(got, want, rtol=2e-5, atol=2e-5)
+    torch.testing.assert_close(state["k"], want_state["k"])
+    torch.testing.assert_close(state["v"], want_state["v"])
+    window = zoo.build_mixer("sliding_window", 48, n_heads=3, window=5).eval()
+    with torch.no_grad():
+        decode(window, x[:, :10], prompt=4)
+    assert len(calls) == 16 and window.backend == "sdpa"
 
 
 @pytest.mark.parametrize("L,window", [(1, 16), (31, 16), (32, 16), (97, 16), (128, 3), (200, 40),

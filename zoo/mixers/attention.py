@@ -16,6 +16,12 @@ from .base import Mixer, check_choice, check_divisible, check_positive
 FLASH_ATTN = Kernel("flash_attn", "flash_attn_func", "flash-attn", "2.3.0",
                     "the window_size argument", dtypes=HALF)
 
+# flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=, causal=): writes k, v
+# into the caches (B, capacity, H, Dh) at cache_seqlens, in place, then attends q to the
+# filled part; the decode path of full attention. cache_seqlens as a tensor since 2.2.
+FLASH_KVCACHE = Kernel("flash_attn", "flash_attn_with_kvcache", "flash-attn", "2.3.0",
+                       "the floor of the package in pyproject's cuda extra", dtypes=HALF)
+
 BACKENDS = ("auto", "flash_attn", "sdpa", "math")
 
 
@@ -126,9 +132,20 @@ class Attention(Mixer):
         H, T0 = self.n_heads, state["seen"]
         q, k, v = self.qkv(x).view(B, L, 3, H, D // H).unbind(2)  # each (B, L, H, Dh)
         q, k = rotary(q, self.rotary, start=T0), rotary(k, self.rotary, start=T0)
+        if self.window is None and self._kvcache_ok(q):
+            # the kernel writes k and v into the room the cache has and attends to it; it
+            # reads the cache through its strides, so our (B, H, capacity, Dh) cache is its
+            # (B, capacity, H, Dh) as a transposed view
+            k_cache, v_cache = (_reserve(state[n], T0 + L, self.CACHE_BLOCK) for n in ("k", "v"))
+            seqlens = torch.full((B,), T0, dtype=torch.int32, device=x.device)
+            y = FLASH_KVCACHE(q, k_cache.transpose(1, 2), v_cache.transpose(1, 2), k=k, v=v,
+                              cache_seqlens=seqlens, causal=True)  # (B, L, H, Dh)
+            self.backend = "flash_attn_kvcache"
+            return self.out(y.reshape(B, L, D)), {"k": k_cache, "v": v_cache, "seen": T0 + L}
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, L, Dh)
         if self.window is None:
-            k_cache, v_cache = _append(state["k"], k, T0, self.CACHE_BLOCK), _append(state["v"], v, T0, self.CACHE_BLOCK)
+            k_cache, v_cache = _reserve(state["k"], T0 + L, self.CACHE_BLOCK), _reserve(state["v"], T0 + L, self.CACHE_BLOCK)
+            k_cache[:, :, T0:T0 + L], v_cache[:, :, T0:T0 + L] = k, v
             keys, values = k_cache[:, :, :T0 + L], v_cache[:, :, :T0 + L]  # (B, H, T0 + L, Dh)
         else:
             keys, values = torch.cat([state["k"], k], 2), torch.cat([state["v"], v], 2)  # (B, H, T + L, Dh)
@@ -145,6 +162,11 @@ class Attention(Mixer):
             y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (B, H, L, Dh)
         self.backend = "sdpa"
         return self.out(y.transpose(1, 2).reshape(B, L, D)), {"k": k_cache, "v": v_cache, "seen": T0 + L}
+
+    def _kvcache_ok(self, q: torch.Tensor) -> bool:
+        """Whether the decode takes flash_attn_with_kvcache for q (B, L, H, Dh): as the
+        training path takes flash_attn (CUDA sm80+, fp16/bf16, head dim <= 256)."""
+        return self.choose_backend(q.device.type, q.dtype, q.device) == "flash_attn" and FLASH_KVCACHE.usable(q)
 
     def core_flops(self, B: int, L: int) -> float:
         # FlashAttention's benchmark formula: q.k and p.v, causal attention doing half the
@@ -178,14 +200,11 @@ class SlidingWindowAttention(Attention):
         return 2 * self.d_model * min(seq_len, self.window)
 
 
-def _append(cache: torch.Tensor, new: torch.Tensor, seen: int, block: int) -> torch.Tensor:
-    """cache (B, H, capacity, Dh), its first ``seen`` positions filled, with new (B, H, L, Dh)
-    written after them, in place; with too little room, first moved to a zeroed cache of
-    the next whole number of blocks."""
-    need = seen + new.shape[2]
-    if cache.shape[2] < need:
-        grown = cache.new_zeros(*cache.shape[:2], -(-need // block) * block, cache.shape[3])
-        grown[:, :, :seen] = cache[:, :, :seen]
-        cache = grown
-    cache[:, :, seen:need] = new
-    return cache
+def _reserve(cache: torch.Tensor, need: int, block: int) -> torch.Tensor:
+    """cache (B, H, capacity, Dh) with room for ``need`` positions: itself when it has it,
+    else a zeroed cache of the next whole number of blocks holding its filled positions."""
+    if cache.shape[2] >= need:
+        return cache
+    grown = cache.new_zeros(*cache.shape[:2], -(-need // block) * block, cache.shape[3])
+    grown[:, :, :cache.shape[2]] = cache
+    return grown
