@@ -308,8 +308,9 @@ def plot_extrapolation(df: pd.DataFrame, out: Path) -> Path | None:
     if seq_len:
         ax.axvline(seq_len, color="0.5", ls="--", lw=0.8)
     ax.set(xlabel="position in the context (first of each bucket)", ylabel="validation perplexity")
-    ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_yscale("log")  # then plain labels: a narrow log range has only minor ticks
+    for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
+        axis(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax.legend(fontsize=7, bbox_to_anchor=(1.02, 1), loc="upper left")
     return _save(fig, out / "wikitext2_ppl_by_position.png")
 

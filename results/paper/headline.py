@@ -136,7 +136,7 @@ def status_line(records: list[dict], planned: int) -> str:
     """How far a sweep has got, and the training time its finished runs took."""
     done = [r for r in records if r["status"] == "ok"]
     hours = sum(r["metrics"].get("wall_time") or 0 for r in done) / 3600
-    work = "measurement" if all(r.get("task") in ("decode", "scaling") for r in records) else "training"
+    work = "measurement" if records and all(r.get("task") in ("decode", "scaling") for r in records) else "training"
     return (f"{len(done)} of its {planned} runs finished ({hours:.1f} h of {work}, one thread per run"
             f"{'' if len(done) == len(records) else f'; {len(records) - len(done)} did not finish ok'})")
 
