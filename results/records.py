@@ -126,3 +126,12 @@ def records_frame(records: list[dict]):
     import pandas as pd  # only the readers of results need it, not every job
 
     return pd.DataFrame(rows)
+
+
+def export_csv(frame, out: str | Path) -> Path:
+    """``records_frame``'s table as a CSV (``linbench export``): curves and other lists or
+    dicts stay JSON in their cells."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    frame.map(lambda v: json.dumps(v) if isinstance(v, (list, dict)) else v).to_csv(out, index=False)
+    return out

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import shutil
 import sys
 from pathlib import Path
@@ -287,10 +286,10 @@ def cmd_export(args, sweep) -> int:
     """The table the plots and the report read (``results.records.records_frame``: config
     fields as ``config.<path>``, metrics by their names), for pandas or a spreadsheet
     elsewhere; curves (lists) stay JSON in their cells."""
+    from results.records import export_csv
     out = Path(args.out or Path(args.results_dir) / sweep.name / "runs.csv")
     frame = _frame(args, sweep)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    frame.map(lambda v: json.dumps(v) if isinstance(v, (list, dict)) else v).to_csv(out, index=False)
+    export_csv(frame, out)
     print(f"{out}: {len(frame)} rows, {len(frame.columns)} columns")
     return 0
 

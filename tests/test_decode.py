@@ -19,7 +19,7 @@ OPTIONS = {"attention": {"n_heads": 4, "rotary": 4}, "sliding_window": {"n_heads
            "mamba2": {"chunk_size": 16, "headdim": 16}, "rwkv6": {"chunk_size": 16, "head_size": 16},
            "retnet": {"chunk_size": 16, "n_heads": 4}, "gla": {"chunk_size": 16, "n_heads": 4},
            "gated_deltanet": {"chunk_size": 16, "n_heads": 4}}
-PROMPTS = (0, 1, 7, 16, 17, 33, L)  # empty, one token, odd, around a 16-step chunk, whole
+PROMPTS = (0, 1, 7, 15, 16, 17, 33, L)  # empty, one token, odd, a 16-step chunk -1, +0, +1, chunks, whole
 
 
 def build(name: str, dtype) -> zoo.Mixer:

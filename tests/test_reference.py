@@ -115,3 +115,11 @@ def test_every_reference_record_is_a_run_of_its_sweep_today(folder, tmp_path, mo
     ids = {run.run_id for run in load_sweep(folder.name).runs}
     orphans = sorted(p.stem for p in folder.glob("*.json") if p.stem not in ids)
     assert not orphans, f"{folder.name}: records of no current run: {orphans}"
+
+
+@pytest.mark.parametrize("table", sorted(REFERENCE.glob("*/runs.csv")), ids=lambda p: p.parent.name)
+def test_committed_exports_are_their_records(table, tmp_path):
+    """A committed runs.csv (`linbench export`) is its folder's records as they are."""
+    from results.records import export_csv
+    fresh = export_csv(records_frame(load_records(table.parent)), tmp_path / "runs.csv")
+    assert fresh.read_text() == table.read_text()
