@@ -173,19 +173,22 @@ def decode_table(frame: pd.DataFrame, short: int = 1024) -> str:
 
 
 def extrapolation_table(frame: pd.DataFrame) -> str:
-    """Per model: validation perplexity in the first bucket of training-length positions
-    and in the last bucket of each longer context, and the last bucket's ratio to the first
-    at the longest context (mean over seeds)."""
+    """Per model: validation perplexity on contexts of the training length, in the last
+    bucket of each longer context, and, on the longest contexts, the last bucket's ratio to
+    the first bucket of the same sequences (mean over seeds)."""
     curves = position_curves(frame)
     if curves.empty:
         return "*No run with an extrapolation curve yet.*"
     factors = sorted(curves["factor"].unique())
     last = curves[curves["bucket"] == curves["factor"] - 1].groupby(["label", "factor"])["ppl"].mean()
-    first = curves[curves["bucket"] == 0].groupby("label")["ppl"].mean()
-    top = factors[-1]
-    lines = [[label, f"{first[label]:.1f}", *(f"{last.get((label, f), float('nan')):.1f}" for f in factors[1:]),
-              f"{last.get((label, top), float('nan')) / first[label]:.2f}x"]
-             for label in sorted(first.index, key=lambda m: last.get((m, top), float("inf")) / first[m])]
+    first = curves[curves["bucket"] == 0].groupby(["label", "factor"])["ppl"].mean()  # the same sequences' start
+    top, base = factors[-1], factors[0]
+    labels = sorted(first.index.get_level_values(0).unique(),
+                    key=lambda m: last.get((m, top), float("inf")) / first.get((m, top), float("nan")))
+    lines = [[label, f"{first.get((label, base), float('nan')):.1f}",
+              *(f"{last.get((label, f), float('nan')):.1f}" for f in factors[1:]),
+              f"{last.get((label, top), float('nan')) / first.get((label, top), float('nan')):.2f}x"]
+             for label in labels]
     L = int(curves.loc[curves["bucket"] == 1, "position"].iloc[0]) if (curves["bucket"] == 1).any() else 0
     header = [f"model (trained at L = {L})", f"ppl, positions 0–{L - 1}",
               *(f"ppl, positions {(f - 1) * L:,}–{f * L - 1:,}" for f in factors[1:]), f"last / first at {top}x"]
