@@ -144,7 +144,7 @@ def test_lm_prefill_then_steps_equal_the_parallel_logits(name, block):
     tokens = torch.randint(VOCAB, (B, L))
     with torch.no_grad():
         want = lm(tokens)
-        for prompt in (0, 7, 17):
+        for prompt in PROMPTS:
             got, state = lm_decode(lm, tokens, prompt)
             torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
     assert state["pos"] == L
