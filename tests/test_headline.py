@@ -195,13 +195,13 @@ def test_gap_placement_reads_each_model_at_its_best_lr_beside_the_published_rang
                         run("grassmann gated_residual", 0, 105.0)])  # a control of another label: not ours
     assert gap_placement(one, pub) == (
         "Ours at 6L/128, each model at its best learning rate: +25.0 % (seeds: 1 Grassmann, 1 attention; "
-        "no interval yet). The 3 published gaps at 6L/128 run from +1.0 % to +90.0 %; they were measured "
+        "best of 1 and 1 learning rates; no interval yet). The 3 published gaps at 6L/128 run from +1.0 % to +90.0 %; they were measured "
         "with other tokenizers, epochs and recipes, so they are context for ours, not a test of it.")
     # a bracket at seed 0, two more seeds at the best: the worse rate's run is left out
     two = pd.DataFrame([run("attention", 0, 100.0), run("attention", 1, 101.0), run("attention", 0, 150.0, 2e-3),
                         run("grassmann", 0, 130.0, 2e-3), run("grassmann", 0, 124.0), run("grassmann", 1, 126.0)])
     gap, low, high = gap_interval([124.0, 126.0], [100.0, 101.0])
-    assert f"+{100 * gap:.1f} % [95 % CI {100 * low:+.1f} %, {100 * high:+.1f} %] (seeds: 2 Grassmann, 2 attention)" \
+    assert f"+{100 * gap:.1f} % [95 % CI {100 * low:+.1f} %, {100 * high:+.1f} %] (seeds: 2 Grassmann, 2 attention; best of 2 and 2 learning rates)" \
         in gap_placement(two, pub)
     assert gap_placement(one[one["mixer"] == "attention"], pub).startswith("No Grassmann-vs-attention gap")
 

@@ -304,7 +304,9 @@ def gap_placement(frame: pd.DataFrame, published: pd.DataFrame, setting: str = "
         if {"attention", "grassmann"} <= set(by.index):
             theirs.append(float(by["grassmann"]) / float(by["attention"]) - 1)
     pct = (lambda x: f"{100 * x:+.1f} %".replace("-", "−"))
-    seeds = f"seeds: {len(ours['grassmann'])} Grassmann, {len(ours['attention'])} attention"
+    tried = {m: int(ok.loc[ok["label"] == m, "lrs_tried"].iloc[0]) for m in ours}
+    seeds = (f"seeds: {len(ours['grassmann'])} Grassmann, {len(ours['attention'])} attention; best of "
+             f"{tried['grassmann']} and {tried['attention']} learning rates")
     said = f"{pct(gap)} ({seeds}; no interval yet)" if low is None else \
         f"{pct(gap)} [95 % CI {pct(low)}, {pct(high)}] ({seeds})"
     return (f"Ours at {setting}, each model at its best learning rate: {said}. The {len(theirs)} published "
