@@ -35,7 +35,7 @@ import zoo
 from zoo.config import StrictConfig, check_bounds, check_choice
 from zoo.mixers import check_mixer
 
-from ..engine.cli import format_table, parse_mixers, write_csv
+from ..engine.cli import emit_points, format_table, parse_mixers
 from ..engine.runs import environment
 from .scaling import build, module_backend
 from .timing import measure, run_point
@@ -250,12 +250,7 @@ def main(argv=None) -> list[dict]:
                            dtype=args.dtype, time_limit_s=args.time_limit, mem_cap_mb=args.mem_cap_mb,
                            isolate=not args.no_isolate)
         records.append(run(cfg))
-    rows = [{**{k: v for k, v in r.items() if k != "points"}, **pt, "command": command}
-            for r in records for pt in r["points"]]
-    print()
-    print(format_table(rows, TABLE))
-    if args.out:
-        write_csv(rows, args.out)
+    emit_points(records, TABLE, args.out, command)
     return records
 
 

@@ -29,7 +29,7 @@ from zoo.config import StrictConfig, check_bounds, check_choice
 from zoo.flops import flops
 from zoo.mixers import check_mixer
 
-from ..engine.cli import format_table, parse_mixers, write_csv
+from ..engine.cli import emit_points, format_table, parse_mixers
 from ..engine.runs import environment
 from .timing import measure, run_point
 
@@ -233,11 +233,7 @@ def main(argv=None) -> list[dict]:
                             time_limit_s=args.time_limit, mem_cap_mb=args.mem_cap_mb,
                             isolate=not args.no_isolate)
         records.append(run(cfg))
-    rows = [{**{k: v for k, v in r.items() if k != "points"}, **pt} for r in records for pt in r["points"]]
-    print()
-    print(format_table(rows, TABLE))
-    if args.out:
-        write_csv(rows, args.out)
+    emit_points(records, TABLE, args.out)
     return records
 
 

@@ -108,3 +108,14 @@ def format_table(rows: list[dict], columns: list[str]) -> str:
     lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths))]
     lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
     return "\n".join(lines)
+
+
+def emit_points(records: list[dict], table: list[str], out: Path | None, command: str | None = None) -> None:
+    """A benchmark's records as one row per point (the run's fields, then the point's, then
+    the command that made them when given): printed as a table, written to ``out`` as CSV."""
+    rows = [{**{k: v for k, v in r.items() if k != "points"}, **pt, **({"command": command} if command else {})}
+            for r in records for pt in r["points"]]
+    print()
+    print(format_table(rows, table))
+    if out:
+        write_csv(rows, out)
