@@ -113,6 +113,9 @@ def records_frame(records: list[dict]):
         for alias, column in ALIASES.items():
             if column in base:
                 base.setdefault(alias, base[column])
+        if "precision" not in base and (rec.get("config") or {}).get("train") is not None:
+            # training records made before the field: "auto", i.e. bf16 autocast on CUDA only
+            base["precision"] = "bf16" if base.get("dtype") == "bfloat16" else "fp32"
         if not points:
             rows.append(base)
             continue

@@ -50,7 +50,8 @@ def identity(config: Any) -> Any:
     run trains on a different split). ``checkpoint_every`` hashes as its default 0, so the
     ids of runs made before it stopped counting (with the default) stay the same; a
     ModelConfig's ``hybrid`` and a Wikitext-2 config's ``extrapolate`` only count when set,
-    for the same reason (fields added after records were made under their defaults)."""
+    for the same reason (fields added after records were made under their defaults), and
+    a TrainConfig's ``precision`` "auto" hashes as ``amp: True``, the flag it replaced."""
     if isinstance(config, dict):
         out = {}
         for key, value in config.items():
@@ -58,6 +59,9 @@ def identity(config: Any) -> Any:
                 continue
             if key == "checkpoint_every":
                 out[key] = 0
+                continue
+            if key == "precision" and value == "auto":
+                out["amp"] = True  # the field it replaced, at its default
                 continue
             out[key] = ("local" if value is not None else None) if key == "data_dir" else identity(value)
         return out

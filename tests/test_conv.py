@@ -48,9 +48,22 @@ def test_falls_back_to_shifted_sums(monkeypatch):
     monkeypatch.setattr(conv._FusedConv, "apply", lambda *a: pytest.fail("the kernel is off"))
     x, w = torch.randn(2, 9, 5, dtype=torch.float64), torch.randn(5, 1, 3, dtype=torch.float64)
     torch.testing.assert_close(causal_conv1d(x, w), causal_conv1d_ref(x, w))
-    xb = x.bfloat16()  # no bf16 kernel: the shifted sums, whatever the switch
-    monkeypatch.delenv("LINBENCH_NO_CPU_KERNELS")
-    assert causal_conv1d(xb, w.bfloat16()).dtype == torch.bfloat16
+
+
+def test_bf16_inputs_run_the_kernel_in_float32(monkeypatch):
+    # What bf16 autocast hands the conv: a bf16 x, float32 taps. The kernel computes in
+    # float32 and the result comes back in x's dtype, as autocast's conv1d would return.
+    calls = []
+    fused = conv._FusedConv.apply
+    monkeypatch.setattr(conv._FusedConv, "apply", lambda *a: calls.append(a[1].dtype) or fused(*a))
+    x = torch.randn(2, 9, 5).bfloat16().requires_grad_()
+    w, b = torch.randn(5, 1, 3, requires_grad=True), torch.randn(5, requires_grad=True)
+    y = causal_conv1d(x, w, b)
+    assert calls == [torch.float32] and y.dtype == torch.bfloat16
+    want = causal_conv1d_ref(x.detach().float(), w.detach(), b.detach()).bfloat16()
+    torch.testing.assert_close(y, want, rtol=0, atol=0)
+    y.float().square().sum().backward()
+    assert x.grad.dtype == torch.bfloat16 and w.grad.dtype == b.grad.dtype == torch.float32
 
 
 def test_causal():

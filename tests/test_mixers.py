@@ -61,6 +61,66 @@ def test_identity_path_is_the_blocks_own(name, block):
     check_identity_path(small_model(name, block=block, d_ff=48, dropout=0.1))
 
 
+def _loss_and_grads(cfg: zoo.ModelConfig, mode: str) -> tuple[float, dict]:
+    """One forward + backward of a fresh model on fixed tokens. ``mode``: "fp32"; "bf16"
+    (everything under CPU bf16 autocast: the path a bf16 run takes); "reference" (fp32
+    but with every Linear's weight, input and output rounded to bf16: what ideal bf16
+    kernels would see and hand on, with every other op exact)."""
+    model = zoo.build_model(cfg, seed=0)
+    hooks = []
+    if mode == "reference":
+        to_bf16 = lambda t: t.to(torch.bfloat16).float()
+        for module in model.modules():
+            if isinstance(module, torch.nn.Linear):
+                with torch.no_grad():
+                    module.weight.copy_(to_bf16(module.weight))
+                hooks += [module.register_forward_pre_hook(lambda m, args: (to_bf16(args[0]),)),
+                          module.register_forward_hook(lambda m, args, out: to_bf16(out))]
+    tokens = torch.randint(cfg.vocab_size, (2, 301), generator=torch.Generator().manual_seed(1))
+    with torch.autocast("cpu", torch.bfloat16, enabled=mode == "bf16"):
+        logits = model(tokens[:, :-1])  # (B, L, V)
+    loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten())
+    loss.backward()
+    for hook in hooks:
+        hook.remove()
+    return loss.item(), {n: p.grad for n, p in model.named_parameters()}
+
+
+def check_bf16_autocast(cfg: zoo.ModelConfig) -> None:
+    """FlashAttention's rule for a low-precision path, against a reference that rounds to
+    bf16 only where ideal bf16 kernels must (every Linear's weight, input and output) and
+    is exact elsewhere, both compared with fp32: under bf16 autocast the loss and the
+    whole gradient are within twice the reference's error (plus 1e-3 of the loss and of
+    the gradient's norm), and each parameter's gradient within 4 times (plus 1e-2 of its
+    norm: per-head scalars such as A_log sum rounding over every position). A scan whose
+    accumulation drops to bf16, a gate rounded before it weighs the whole stream, or a
+    crash under autocast fails it."""
+    loss, grads = _loss_and_grads(cfg, "fp32")
+    loss_bf16, grads_bf16 = _loss_and_grads(cfg, "bf16")
+    loss_ref, grads_ref = _loss_and_grads(cfg, "reference")
+    what = f"{cfg.layout} ({cfg.block}) under bf16 autocast"
+    assert abs(loss_bf16 - loss) <= 2 * abs(loss_ref - loss) + 1e-3 * abs(loss), \
+        f"{what}: loss {loss_bf16} against fp32 {loss} (reference {loss_ref})"
+    names = [n for n, g in grads.items() if g is not None and g.norm() > 0]
+    flat = lambda gs: torch.cat([gs[n].flatten() for n in names])
+    whole = flat(grads)
+    err, err_ref = ((flat(other) - whole).norm() / whole.norm() for other in (grads_bf16, grads_ref))
+    assert err <= 2 * err_ref + 1e-3, f"{what}: gradient error {err:.2e} (reference {err_ref:.2e})"
+    worse = {}
+    for name in names:
+        g = grads[name]
+        err, err_ref = ((other[name] - g).norm() / g.norm() for other in (grads_bf16, grads_ref))
+        if err > 4 * err_ref + 1e-2:
+            worse[name] = f"{err:.2e} (reference {err_ref:.2e})"
+    assert not worse, f"{what}, gradients: {worse}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("block", ["prenorm", "postnorm"])
+def test_bf16_autocast_trains_like_fp32(name, block):
+    check_bf16_autocast(small_model(name, block=block, max_len=512))
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_every_parameter_gets_a_gradient(name):
     # A parameter that never receives a gradient is dead weight that still counts
@@ -139,6 +199,11 @@ def test_hybrid_is_causal_and_runs_both_mixers(name, block):
 @pytest.mark.parametrize("block", ["prenorm", "postnorm"])
 def test_hybrid_identity_path_is_the_blocks_own(name, block):
     check_identity_path(hybrid_model(name, block=block, d_ff=48, dropout=0.1))
+
+
+@pytest.mark.parametrize("name", sorted(HYBRIDS))
+def test_hybrid_under_bf16_autocast(name):
+    check_bf16_autocast(hybrid_model(name, max_len=512))
 
 
 @pytest.mark.parametrize("name", sorted(HYBRIDS))

@@ -70,7 +70,7 @@ def toy_run(cfg: ToyConfig, workdir: Path | None = None, progress: bool = True) 
     return {"status": res.status, "loss": res.final_loss, "steps": res.steps, "resumed_from": res.resumed_from,
             "wall_time": res.wall_time, "pid": os.getpid(), "t_start": t_start, "t_end": time.time(),
             "threads": torch.get_num_threads(), **model_metadata(model, 8),
-            **environment(torch.device("cpu"), False)}
+            **environment(torch.device("cpu")), "dtype": "float32", "precision": "fp32"}
 
 
 @pytest.fixture(autouse=True)
@@ -107,6 +107,15 @@ def test_run_id_is_a_stable_hash_of_the_config():
     assert local != make_run_id("x", {"data_dir": None, "n": 1})
     # pinned: an accidental change of the hashing would orphan every existing record
     assert make_run_id("x", {"n": 1}) == "52e153cf111e"
+
+
+def test_precision_auto_keeps_the_ids_of_runs_made_with_the_flag_it_replaced():
+    train = {"steps": 8, "lr": 1e-2}
+    old = make_run_id("x", {"train": {**train, "amp": True}})  # a record made before the field
+    assert make_run_id("x", {"train": {**train, "precision": "auto"}}) == old
+    assert make_run_id("x", {"train": {**train, "precision": "bf16"}}) != old
+    assert make_run_id("x", {"train": {**train, "precision": "fp32"}}) not in (
+        old, make_run_id("x", {"train": {**train, "precision": "bf16"}}))
 
 
 def test_a_mixers_revision_is_part_of_the_run_id(monkeypatch):

@@ -54,6 +54,42 @@ def test_loop_applies_the_schedule():
     assert steps == pytest.approx(expected, rel=1e-4, abs=1e-9)
 
 
+# ---------------------------------------------------------------- precision
+
+
+@pytest.mark.parametrize("precision, device, bf16", [("auto", "cpu", False), ("fp32", "cpu", False),
+                                                      ("bf16", "cpu", True), ("auto", "cuda", True),
+                                                      ("fp32", "cuda", False)])
+def test_precision_says_when_autocast_is_on(precision, device, bf16):
+    assert TrainConfig(precision=precision).bf16(torch.device(device)) is bf16
+
+
+def test_precision_names_the_valid_choices():
+    with pytest.raises(ValueError, match=r"precision.*'auto', 'fp32', 'bf16'"):
+        TrainConfig(precision="fp16")
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_bf16_precision_trains_under_autocast_on_cpu(precision):
+    from tasks.engine.runs import run_fields
+    seen = []
+
+    def loss_fn(m, batch):
+        out = m(batch[0])
+        seen.append(out.dtype)
+        return (out.float() - batch[1]).pow(2).mean()
+
+    evals = []
+    cfg = TrainConfig(steps=30, lr=1e-2, warmup_steps=0, eval_every=10, device="cpu", precision=precision)
+    res = train(_toy(), cfg, _batch, loss_fn, eval_fn=lambda m: evals.append(m(torch.ones(1, 4)).dtype) or {},
+                progress=False)
+    want = torch.bfloat16 if precision == "bf16" else torch.float32
+    assert set(seen) == set(evals) == {want}  # training steps and evaluations alike
+    assert res.final_loss < 0.75 * _mse(_toy(), _batch(0)).item()  # it learns
+    fields = run_fields(res, cfg, seed=0)
+    assert fields["precision"] == precision and fields["dtype"] == str(want).replace("torch.", "")
+
+
 # ---------------------------------------------------------------- outcomes
 
 

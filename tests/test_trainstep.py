@@ -2,6 +2,8 @@
 as rows, the CSV and the markdown table read back from it. Tiny points, one repeat."""
 import csv
 
+import torch
+
 import pytest
 
 import tasks.benchmarks.trainstep as ts
@@ -26,6 +28,8 @@ def test_config_rejects_unknown_keys_and_bad_values():
         TrainStepConfig(mixers=(("attention", {"n_heads": 3}),), points=((8, 16, 2),))
     with pytest.raises(ValueError, match="mixers: duplicate labels"):
         TrainStepConfig(mixers=(("retnet", {}), ("retnet", {})))
+    with pytest.raises(ValueError, match=r"precisions=\('fp16',\) must be distinct values of \('fp32', 'bf16'\)"):
+        TrainStepConfig(precisions=("fp16",))
     for field, bad in (("rounds", 0), ("repeats", 0), ("threads", 0), ("warmup", -1), ("time_limit_s", -1.0)):
         with pytest.raises(ValueError, match=f"{field}="):
             TrainStepConfig(**{field: bad})
@@ -42,7 +46,7 @@ def test_attention_is_measured_first_and_added_if_missing():
         "attention:backend=math", "retnet", "mamba2"]
 
 
-def _fake_step(model, batch, seed, warmup, repeats, meter, deadline, medians, calls, profile=0):
+def _fake_step(model, batch, seed, warmup, repeats, meter, deadline, medians, calls, profile=0, precision="fp32"):
     calls.append(model["mixer"])
     ms = medians[model["mixer"]][model["d_model"]].pop(0)
     if ms is None:
@@ -117,4 +121,34 @@ def test_profile_prints_the_top_ops_of_each_measurement(capsys):
     rows = run(TrainStepConfig(**TINY, mixers=(("retnet", {}),), profile=4))
     out = capsys.readouterr().out
     assert [r["status"] for r in rows] == ["ok", "ok"]
-    assert out.count("Self CPU time total") == 2 and "--- L=8 d=16 B=2 retnet" in out
+    assert out.count("Self CPU time total") == 2 and "--- L=8 d=16 B=2 fp32 retnet" in out
+
+
+def test_both_precisions_side_by_side_with_a_speedup_table(monkeypatch):
+    seen = []
+
+    def fake(model, batch, seed, warmup, repeats, meter, deadline, profile=0, precision="fp32"):
+        seen.append((model["mixer"], precision))
+        ms = {"attention": 10.0, "retnet": 30.0}[model["mixer"]] / (4.0 if precision == "bf16" else 1.0)
+        yield {"median_ms": ms, "p20_ms": ms, "p80_ms": ms, "repeats": repeats, "backend": "fake"}
+
+    monkeypatch.setattr(ts, "measure_step", fake)
+    rows = run(TrainStepConfig(**TINY, mixers=(("retnet", {}),), precisions=("fp32", "bf16")), progress=False)
+    # side by side: both precisions of a point, attention first in each
+    assert seen == [("attention", "fp32"), ("retnet", "fp32"), ("attention", "bf16"), ("retnet", "bf16")]
+    assert [(r["label"], r["precision"], r["dtype"], r["ratio"]) for r in rows] == [
+        ("attention", "fp32", "float32", 1.0), ("retnet", "fp32", "float32", 3.0),
+        ("attention", "bf16", "bfloat16", 1.0), ("retnet", "bf16", "bfloat16", 3.0)]
+    table = markdown_table(rows)
+    assert "| retnet (bf16) | 7.5 ms (3.0x) |" in table and "| retnet | 4.00x |" in table
+
+
+def test_measure_step_runs_the_step_under_autocast_for_bf16(monkeypatch):
+    dtypes = []
+    real = ts.F.cross_entropy
+    monkeypatch.setattr(ts.F, "cross_entropy", lambda logits, t: dtypes.append(logits.dtype) or real(logits, t))
+    model = TrainStepConfig().model("attention", {}, 8, 16).to_dict()
+    for precision in ("fp32", "bf16"):
+        rows = list(ts.measure_step(model, 2, 0, 0, 1, None, None, precision=precision))
+        assert rows[0]["median_ms"] > 0
+    assert dtypes[0] == torch.float32 and dtypes[-1] == torch.bfloat16

@@ -207,7 +207,7 @@ def run(cfg: DecodeConfig, workdir: Path | None = None, progress: bool = True) -
         "mixer_options": json.dumps(cfg.mixer_options, sort_keys=True), "scope": cfg.scope,
         "d_model": cfg.d_model, "batch": cfg.batch, "bandwidth_gb_s": bandwidth, "isolated": cfg.isolate,
         **{f"n_{s}": sum(p["status"] == s for p in points) for s in ("ok", "oom", "timeout", "skipped", "error")},
-        **environment(device, amp=False), "dtype": str(cfg.resolve_dtype()).replace("torch.", ""),
+        **environment(device), "dtype": str(cfg.resolve_dtype()).replace("torch.", ""),
         "threads": torch.get_num_threads(), "wall_time": time.perf_counter() - t0, "resumed_from": None,
         "points": points,
     }

@@ -359,7 +359,7 @@ def environment_rows(device: torch.device) -> list[dict]:
     head = [{"name": "torch", "installed": torch.__version__},
             {"name": "cuda", "installed": torch.version.cuda or "", "why_not": "" if
              torch.cuda.is_available() else "torch.cuda.is_available() is False"},
-            {"name": "device", "installed": environment(device, amp=True)["device_name"]},
+            {"name": "device", "installed": environment(device)["device_name"]},
             {"name": "triton", "package": "triton", "installed": installed_version("triton", "triton"),
              "importable": zoo.ops.grassmann.triton is not None}]  # grassmann impl='fused'
     return head + [{"name": r["kernel"], **r} for r in zoo.ops.status()]

@@ -195,7 +195,7 @@ def run(cfg: ScalingConfig, workdir: Path | None = None, progress: bool = True) 
         "d_model": cfg.d_model, "params": sum(p.numel() for p in meta.parameters()),
         "tokens_per_batch": cfg.tokens, "isolated": cfg.isolate,
         **{f"n_{s}": sum(p["status"] == s for p in points) for s in ("ok", "oom", "timeout", "skipped", "error")},
-        **environment(device, amp=False), "dtype": str(cfg.resolve_dtype()).replace("torch.", ""),
+        **environment(device), "dtype": str(cfg.resolve_dtype()).replace("torch.", ""),
         "wall_time": time.perf_counter() - t0, "resumed_from": None, "points": points,
     }
 

@@ -4,13 +4,16 @@ At each point (L, d_model, batch) every mixer runs the same step of a small LM (
 blocks without MLP, no positions, so the mixers are nearly all the work): forward,
 cross-entropy over the B*L tokens against random targets, backward, AdamW step,
 zero_grad. Each (point, mixer) is timed in a fresh child process (tasks.benchmarks.timing), one
-thread by default, and its median is divided by attention's at the same point. The
+thread by default, and its median is divided by attention's at the same point in the same
+precision: fp32, or bf16 autocast (``--precision fp32,bf16`` measures both, side by side at
+each point, and the table adds each mixer's fp32/bf16 speed-up). The
 points are the outer loop, so the two medians of a ratio are minutes apart, not hours;
 ``rounds`` repeats the whole grid and reports the median of the per-round medians,
 which damps the machine's drift further. A failure (oom, timeout, error) is a row.
 
     python -m tasks.benchmarks.trainstep --out results/reference/trainstep_cpu.csv
     python -m tasks.benchmarks.trainstep --table-from results/reference/trainstep_cpu.csv  # docs/performance.md's table
+    python -m tasks.benchmarks.trainstep --precision fp32,bf16 --out results/reference/trainstep_cpu_precision.csv
     python -m tasks.benchmarks.trainstep --mixers mamba --points 256x128x64 --profile 15  # where time goes
 """
 from __future__ import annotations
@@ -54,12 +57,17 @@ class TrainStepConfig(StrictConfig):
     rounds: int = 1  # the whole grid this many times; the median of the rounds' medians
     time_limit_s: float = 600.0  # per (point, mixer, round), start-up excluded
     isolate: bool = True  # each measurement in a fresh child process
+    precisions: tuple = ("fp32",)  # "fp32" and/or "bf16" (autocast), each measured at every point
     profile: int = 0  # > 0: print the top ops of one profiled step per (point, mixer)
 
     def __post_init__(self):
         own = "TrainStepConfig"
         check_bounds(self, "vocab_size", "n_layers", "threads", "repeats", "rounds", gt=0)
         check_bounds(self, "seed", "warmup", "time_limit_s", "profile", ge=0)  # a 0 s limit: every point times out
+        self.precisions = tuple(self.precisions)
+        bad = [p for p in self.precisions if p not in ("fp32", "bf16")]
+        if bad or not self.precisions or len(set(self.precisions)) < len(self.precisions):
+            raise ValueError(f"{own}: precisions={self.precisions!r} must be distinct values of ('fp32', 'bf16')")
         # JSON gives lists: normalise, so points are hashable keys and options are dicts
         self.points = tuple(tuple(p) if isinstance(p, (list, tuple)) else p for p in self.points)
         if not self.points:
@@ -101,10 +109,11 @@ def label(name: str, options: dict) -> str:
 
 
 def measure_step(model: dict, batch: int, seed: int, warmup: int, repeats: int, meter, deadline,
-                 profile: int = 0):
+                 profile: int = 0, precision: str = "fp32"):
     """Time one training step of ``model`` (a ModelConfig dict), run by tasks.benchmarks.timing,
-    usually in a child process. Yields one row, then with ``profile`` > 0 the table of
-    the top ``profile`` ops (self CPU time) of one more step."""
+    usually in a child process; forward and loss under bf16 autocast for ``precision``
+    "bf16", as the training loop runs them. Yields one row, then with ``profile`` > 0 the
+    table of the top ``profile`` ops (self CPU time) of one more step."""
     cfg = zoo.ModelConfig.from_dict(model)
     torch.manual_seed(seed)
     lm = zoo.build_model(cfg)
@@ -113,8 +122,10 @@ def measure_step(model: dict, batch: int, seed: int, warmup: int, repeats: int, 
     x, targets = torch.randint(cfg.vocab_size, (2, batch, cfg.max_len)).unbind(0)  # (B, L) each
 
     def step():
-        logits = lm(x)  # (B, L, V)
-        F.cross_entropy(logits.flatten(0, 1), targets.flatten()).backward()  # over B*L tokens
+        with torch.autocast("cpu", torch.bfloat16, enabled=precision == "bf16"):
+            logits = lm(x)  # (B, L, V)
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())  # over B*L tokens
+        loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)  # as training does: no zero-fill of the grads
 
@@ -136,54 +147,60 @@ def _summary(runs: list[dict]) -> dict:
 
 
 def run(cfg: TrainStepConfig, progress: bool = True) -> list[dict]:
-    """One row per (point, mixer), points outer, attention first at each point."""
+    """One row per (point, precision, mixer), points outer, attention first at each
+    point and precision."""
     device = torch.device("cpu")
     entries = cfg.entries()
-    runs: dict[tuple, list[dict]] = {(p, label(*e)): [] for p in cfg.points for e in entries}
+    cells = [(p, prec, label(*e)) for p in cfg.points for prec in cfg.precisions for e in entries]
+    runs: dict[tuple, list[dict]] = {cell: [] for cell in cells}
     parent_threads = torch.get_num_threads()
     torch.set_num_threads(cfg.threads)  # run_point gives each child the parent's thread count
     try:
         for rnd in range(cfg.rounds):
             for point in cfg.points:
                 L, d, B = point
-                ref = None  # attention's median this round: entries[0]
-                for i, (name, options) in enumerate(entries):
-                    done = runs[point, label(name, options)]
-                    if done and done[-1]["status"] != "ok":
-                        continue  # not retried: a timeout would cost its whole limit again
-                    kwargs = {"model": cfg.model(name, options, L, d).to_dict(), "batch": B, "seed": cfg.seed,
-                              "warmup": cfg.warmup, "repeats": cfg.repeats, "profile": cfg.profile}
-                    rows, status, error = run_point(measure_step, kwargs, device=device, isolate=cfg.isolate,
-                                                    time_limit_s=cfg.time_limit_s)
-                    done.append({**rows[0], "status": "ok", "error": ""} if status == "ok"
-                                else {"status": status, "error": error})
-                    for row in rows[1:]:  # the profile, when asked for
-                        print(f"--- L={L} d={d} B={B} {label(name, options)}\n{row['profile']}", flush=True)
-                    ms = done[-1].get("median_ms")
-                    ref = ms if i == 0 else ref
-                    if progress:
-                        cell = _cell(ms, ms / ref if ms and ref else None, status)
-                        print(f"[round {rnd + 1}/{cfg.rounds}] L={L} d={d} B={B}  {label(name, options):<24} "
-                              f"{cell}  {error.splitlines()[0] if error else ''}".rstrip(), flush=True)
+                for prec in cfg.precisions:
+                    ref = None  # attention's median this round: entries[0]
+                    for i, (name, options) in enumerate(entries):
+                        done = runs[point, prec, label(name, options)]
+                        if done and done[-1]["status"] != "ok":
+                            continue  # not retried: a timeout would cost its whole limit again
+                        kwargs = {"model": cfg.model(name, options, L, d).to_dict(), "batch": B, "seed": cfg.seed,
+                                  "warmup": cfg.warmup, "repeats": cfg.repeats, "profile": cfg.profile,
+                                  "precision": prec}
+                        rows, status, error = run_point(measure_step, kwargs, device=device, isolate=cfg.isolate,
+                                                        time_limit_s=cfg.time_limit_s)
+                        done.append({**rows[0], "status": "ok", "error": ""} if status == "ok"
+                                    else {"status": status, "error": error})
+                        for row in rows[1:]:  # the profile, when asked for
+                            print(f"--- L={L} d={d} B={B} {prec} {label(name, options)}\n{row['profile']}", flush=True)
+                        ms = done[-1].get("median_ms")
+                        ref = ms if i == 0 else ref
+                        if progress:
+                            cell = _cell(ms, ms / ref if ms and ref else None, status)
+                            print(f"[round {rnd + 1}/{cfg.rounds}] L={L} d={d} B={B} {prec}  "
+                                  f"{label(name, options):<24} {cell}  {error.splitlines()[0] if error else ''}".rstrip(),
+                                  flush=True)
     finally:
         torch.set_num_threads(parent_threads)
-    env = {**environment(device, amp=False), "threads": cfg.threads}
+    env = {**environment(device), "threads": cfg.threads}
     out = []
-    for point in cfg.points:
+    for point, prec, name_label in cells:
         L, d, B = point
-        ref = _summary(runs[point, label(*entries[0])])["median_ms"]
-        for name, options in entries:
-            s = _summary(runs[point, label(name, options)])
-            with torch.device("meta"):  # also known for a mixer that failed
-                params = zoo.count_params(zoo.build_model(cfg.model(name, options, L, d)))
-            out.append({
-                "seq_len": L, "d_model": d, "batch": B, "tokens": B * L, "label": label(name, options),
-                "mixer": name, "mixer_options": json.dumps(options, sort_keys=True), "backend": s["backend"],
-                "params": params, "median_ms": s["median_ms"], "p20_ms": s["p20_ms"], "p80_ms": s["p80_ms"],
-                "ratio": s["median_ms"] / ref if s["median_ms"] is not None and ref is not None else None,
-                "status": s["status"], "error": s["error"], "seed": cfg.seed, "warmup": cfg.warmup,
-                "repeats": cfg.repeats, "rounds": cfg.rounds, **env,
-            })
+        ref = _summary(runs[point, prec, label(*entries[0])])["median_ms"]
+        name, options = next(e for e in entries if label(*e) == name_label)
+        s = _summary(runs[point, prec, name_label])
+        with torch.device("meta"):  # also known for a mixer that failed
+            params = zoo.count_params(zoo.build_model(cfg.model(name, options, L, d)))
+        out.append({
+            "seq_len": L, "d_model": d, "batch": B, "tokens": B * L, "label": name_label,
+            "mixer": name, "mixer_options": json.dumps(options, sort_keys=True), "backend": s["backend"],
+            "params": params, "median_ms": s["median_ms"], "p20_ms": s["p20_ms"], "p80_ms": s["p80_ms"],
+            "ratio": s["median_ms"] / ref if s["median_ms"] is not None and ref is not None else None,
+            "status": s["status"], "error": s["error"], "seed": cfg.seed, "warmup": cfg.warmup,
+            "repeats": cfg.repeats, "rounds": cfg.rounds, **env,
+            "dtype": "bfloat16" if prec == "bf16" else "float32", "precision": prec,
+        })
     return out
 
 
@@ -203,18 +220,38 @@ def _cell(ms: float | None, ratio: float | None, status: str) -> str:
     return f"{text} ({ratio:.2f}x)" if ratio < 1 else f"{text} ({ratio:.1f}x)"  # 0.45x, not 0.5x
 
 
-def markdown_table(rows: list[dict]) -> str:
-    """One row per mixer, one column per point, cells "123 ms (1.8x)" (the ratio to
-    attention at that point) or the failure's status. Works on run()'s rows and on the
-    rows of its CSV."""
-    points = list(dict.fromkeys((int(r["seq_len"]), int(r["d_model"]), int(r["batch"])) for r in rows))
-    cells = {(r["label"], (int(r["seq_len"]), int(r["d_model"]), int(r["batch"]))):
-             _cell(_number(r["median_ms"]), _number(r["ratio"]), r["status"]) for r in rows}
+def _point(r: dict) -> tuple:
+    return int(r["seq_len"]), int(r["d_model"]), int(r["batch"])
+
+
+def _grid(cells: dict, names, points) -> str:
     lines = ["| mixer | " + " | ".join(f"L={L} d={d} B={B}" for L, d, B in points) + " |",
              "|---|" + "---:|" * len(points)]
-    for name in dict.fromkeys(r["label"] for r in rows):
+    for name in names:
         lines.append(f"| {name} | " + " | ".join(cells.get((name, p), "-") for p in points) + " |")
     return "\n".join(lines)
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """One row per mixer, one column per point, cells "123 ms (1.8x)" (the ratio to
+    attention at that point) or the failure's status. Measured in both precisions: one
+    row per mixer and precision, then a table of each mixer's speed-up from fp32 to bf16
+    autocast (fp32 ms / bf16 ms). Works on run()'s rows and on the rows of its CSV (one
+    written before the precision column: fp32)."""
+    points = list(dict.fromkeys(_point(r) for r in rows))
+    precision = {id(r): r.get("precision") or "fp32" for r in rows}
+    both = len(set(precision.values())) > 1
+    name = (lambda r: f"{r['label']} ({precision[id(r)]})") if both else (lambda r: r["label"])
+    cells = {(name(r), _point(r)): _cell(_number(r["median_ms"]), _number(r["ratio"]), r["status"]) for r in rows}
+    table = _grid(cells, dict.fromkeys(name(r) for r in rows), points)
+    if not both:
+        return table
+    ms = {(r["label"], precision[id(r)], _point(r)): _number(r["median_ms"]) for r in rows}
+    speedup = {(label_, p): f"{ms[label_, 'fp32', p] / ms[label_, 'bf16', p]:.2f}x"
+               for (label_, prec, p) in ms if prec == "bf16"
+               and ms.get((label_, "fp32", p)) and ms[label_, "bf16", p]}
+    return (f"{table}\n\nSpeed-up of bf16 autocast (fp32 ms / bf16 ms):\n\n"
+            + _grid(speedup, dict.fromkeys(r["label"] for r in rows), points))
 
 
 def parse_points(spec: str) -> tuple:
@@ -232,6 +269,7 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--rounds", type=int, default=1, help="repeat the grid; report the median of the rounds")
     p.add_argument("--time-limit", type=float, default=600.0, help="seconds per measurement")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--precision", default="fp32", help="fp32, bf16 (autocast) or fp32,bf16: both side by side")
     p.add_argument("--no-isolate", action="store_true", help="measure in this process")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="also print the top N ops (torch profiler, self CPU) of one step per mixer and point")
@@ -247,7 +285,8 @@ def main(argv=None) -> list[dict]:
     cfg = TrainStepConfig(mixers=tuple(parse_mixers(args.mixers)), points=args.points, threads=args.threads,
                           warmup=args.warmup, repeats=args.repeats, rounds=args.rounds,
                           time_limit_s=args.time_limit, seed=args.seed, isolate=not args.no_isolate,
-                          profile=args.profile)
+                          profile=args.profile,
+                          precisions=tuple(p.strip() for p in args.precision.split(",") if p.strip()))
     command = shlex.join(["python", "-m", "tasks.benchmarks.trainstep", *argv])  # how the CSV was made
     rows = [{**r, "command": command} for r in run(cfg)]
     print()

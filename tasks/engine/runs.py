@@ -73,15 +73,19 @@ def score_best(model: torch.nn.Module, result, tcfg, score):
     model.load_state_dict(result.best_state)
     model.eval()
     device = tcfg.resolve_device()
-    with torch.no_grad(), torch.autocast(device.type, torch.bfloat16, enabled=device.type == "cuda" and tcfg.amp):
+    with torch.no_grad(), torch.autocast(device.type, torch.bfloat16, enabled=tcfg.bf16(device)):
         return score(model)
 
 
 
 def run_fields(result, tcfg, seed: int) -> dict:
-    """The record fields of every run: how it ended, how long it took, where it ran."""
+    """The record fields of every run: how it ended, how long it took, where it ran and in
+    what precision ("bf16": autocast; ``dtype`` says the same as a torch dtype's name)."""
+    device = tcfg.resolve_device()
+    bf16 = tcfg.bf16(device)
     return {"seed": seed, "status": result.status, "steps": result.steps, "wall_time": result.wall_time,
-            "resumed_from": result.resumed_from, **environment(tcfg.resolve_device(), tcfg.amp)}
+            "resumed_from": result.resumed_from, **environment(device),
+            "dtype": "bfloat16" if bf16 else "float32", "precision": "bf16" if bf16 else "fp32"}
 
 
 
@@ -96,11 +100,10 @@ def model_metadata(model: zoo.LM, seq_len: int) -> dict:
 
 
 
-def environment(device: torch.device, amp: bool) -> dict:
+def environment(device: torch.device) -> dict:
+    """Where a run computed (a benchmark adds the dtype it measured in)."""
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
-    bf16 = device.type == "cuda" and amp
-    return {"device": device.type, "device_name": name, "dtype": "bfloat16" if bf16 else "float32",
-            "torch": torch.__version__}
+    return {"device": device.type, "device_name": name, "torch": torch.__version__}
 
 
 def cpu_name() -> str:

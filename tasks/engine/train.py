@@ -1,6 +1,6 @@
 """The one training loop every task uses.
 
-AdamW, linear warm-up then cosine decay, gradient clipping, bf16 autocast on CUDA,
+AdamW, linear warm-up then cosine decay, gradient clipping, bf16 autocast (``precision``),
 evaluation every N steps with early stop at a target, a tqdm bar (plain log lines and a
 ``progress.json`` heartbeat, see tasks.engine.progress), checkpoints every few minutes (and/or
 every N steps) and on SIGTERM/SIGUSR1, and resume from the checkpoint. Batches are a pure
@@ -28,6 +28,9 @@ from zoo.config import StrictConfig, check_bounds, check_choice
 from .progress import PROGRESS_FILE, Heartbeat
 
 
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
 @dataclass
 class TrainConfig(StrictConfig):
     steps: int = 1000
@@ -44,10 +47,14 @@ class TrainConfig(StrictConfig):
     log_every_s: float = 30.0  # seconds between progress.json beats and log lines
     target: float | None = None  # stop once the eval metric reaches it
     device: str = "auto"  # "auto" (cuda when available), "cpu", "cuda"
-    amp: bool = True  # bf16 autocast on CUDA; ignored on CPU
+    # "auto": bf16 autocast on CUDA, fp32 on a CPU (what every committed record ran with);
+    # "fp32": fp32 everywhere; "bf16": bf16 autocast on either (CPUs with AMX run bf16
+    # matmuls several times faster). Parameters and optimizer state stay fp32 in all three.
+    precision: str = "auto"
 
     def __post_init__(self):
         check_choice("TrainConfig", "device", self.device, ("auto", "cpu", "cuda"))
+        check_choice("TrainConfig", "precision", self.precision, PRECISIONS)
         # types (and a finite lr) are checked from the hints before this runs
         check_bounds(self, "steps", "batch_size", "eval_every", "lr", gt=0)
         check_bounds(self, "warmup_steps", "checkpoint_every", "weight_decay", "grad_clip", ge=0)
@@ -61,6 +68,10 @@ class TrainConfig(StrictConfig):
         if self.device == "auto":
             return torch.device("cuda" if torch.cuda.is_available() else "cpu")
         return torch.device(self.device)
+
+    def bf16(self, device: torch.device) -> bool:
+        """Whether this run computes under bf16 autocast on ``device``."""
+        return self.precision == "bf16" or (self.precision == "auto" and device.type == "cuda")
 
     def lr_at(self, step: int) -> float:
         if step < self.warmup_steps:
@@ -198,7 +209,7 @@ def train(model: nn.Module, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
     ckpt = Path(checkpoint) if checkpoint else None
     res = _resume(ckpt, model, opt, device)
     better = (lambda a, b: a > b) if higher_is_better else (lambda a, b: a < b)
-    autocast = device.type == "cuda" and cfg.amp
+    autocast = cfg.bf16(device)
 
     start = time.perf_counter() - res.wall_time
     model.train()

@@ -44,12 +44,15 @@ def causal_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     """Same arguments and result as ``causal_conv1d_ref``."""
     if x.device.type != "cpu":
         return causal_conv1d_ref(x, weight, bias)
-    if x.dtype in (torch.float32, torch.float64) and all(
-            t.dtype == x.dtype for t in (weight, bias) if t is not None):
-        lib = cpu_kernels.library(CONV_CPP, CONV_SIGNATURES)
-        if lib is not None:
-            return _FusedConv.apply(lib, x, weight, bias)
-    return _ShiftedConv.apply(x, weight, bias)
+    lib = cpu_kernels.library(CONV_CPP, CONV_SIGNATURES)
+    if lib is None:
+        return _ShiftedConv.apply(x, weight, bias)
+    # The kernel computes in float32 or float64. Half inputs (bf16 autocast hands the conv
+    # a bf16 x and float32 taps) go through it in float32 and come back in x's dtype,
+    # so autocast keeps the fused kernel instead of falling back to the shifted form.
+    work = torch.float64 if torch.float64 in (x.dtype, weight.dtype) else torch.float32
+    y = _FusedConv.apply(lib, x.to(work), weight.to(work), None if bias is None else bias.to(work))
+    return y.to(x.dtype)
 
 
 class _FusedConv(torch.autograd.Function):

@@ -36,7 +36,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .chunks import chunk_plan, matmul_range
+from .chunks import chunk_plan, matmul_range, own_precision
 from .fastpath import Kernel
 
 # 0.1.0 took (B, H, L, K) by default (head_first=True); 0.1.1 made (B, L, H, K), the layout we
@@ -64,6 +64,7 @@ def gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_fi
                                   output_final_state=output_final_state)
 
 
+@own_precision
 def gated_delta_rule_ref(q, k, v, g, beta, scale=None, initial_state=None,
                          output_final_state=False):
     """The recurrence one step at a time (the readable reference; cost L matrix updates).
@@ -85,6 +86,7 @@ def gated_delta_rule_ref(q, k, v, g, beta, scale=None, initial_state=None,
     return o.to(out_dtype), (S if output_final_state else None)
 
 
+@own_precision
 def gated_delta_rule_chunked(q, k, v, g, beta, scale=None, initial_state=None,
                              output_final_state=False, chunk_size=32):
     """Pure-PyTorch chunked gated delta rule, linear in L (see the module docstring).

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import torch
 
+from .chunks import own_precision
 from .fastpath import Kernel
 from .rwkv6 import rwkv6_scan_chunked
 
@@ -53,6 +54,7 @@ def gla_backend(x: torch.Tensor) -> str:
     return "fla" if CHUNK_GLA.usable(x) else "torch_chunked"
 
 
+@own_precision
 def gla_ref(q, k, v, gk, scale=None, initial_state=None, output_final_state=False):
     """Step-by-step GLA recurrence (the definition; O(L) Python steps).
     q, k, gk: (B, L, H, K); v: (B, L, H, V); initial_state: (B, H, K, V).
@@ -72,6 +74,7 @@ def gla_ref(q, k, v, gk, scale=None, initial_state=None, output_final_state=Fals
     return torch.stack(outs, dim=1).to(out_dtype), (S if output_final_state else None)
 
 
+@own_precision
 def gla_chunked(q, k, v, gk, scale=None, initial_state=None, output_final_state=False,
                 chunk_size=32):
     """GLA through ``rwkv6_scan_chunked`` (u = 0) plus the current-token term; exact (see

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .chunks import chunk_plan
+from .chunks import chunk_plan, own_precision
 from .rwkv6 import rwkv6_backend, rwkv6_scan
 
 def retention(q, k, v, log_gamma, scale=None, initial_state=None, output_final_state=False,
@@ -43,6 +43,7 @@ def retention_as_rwkv6(q, k, v, log_gamma, scale=None, initial_state=None,
     return scan(q, k, v, w, u, scale, initial_state, output_final_state, chunk_size)
 
 
+@own_precision
 def retention_chunked(q, k, v, log_gamma, scale=None, initial_state=None,
                       output_final_state=False, chunk_size=64):
     """Retention in chunks of C, same arguments and returns as ``retention``. The decay
@@ -86,6 +87,7 @@ def retention_chunked(q, k, v, log_gamma, scale=None, initial_state=None,
     return o, (S if output_final_state else None)
 
 
+@own_precision
 def retention_ref(q, k, v, log_gamma, scale=None, initial_state=None, output_final_state=False):
     """Retention one step at a time (the readable reference for ``retention``, same
     arguments and returns less ``chunk_size``): S_t = gamma S_{t-1} + k_t^T v_t, o_t = scale q_t S_t."""

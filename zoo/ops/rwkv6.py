@@ -41,7 +41,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .chunks import intra_chunk_scores
+from .chunks import intra_chunk_scores, own_precision
 from .fastpath import Kernel
 
 CHUNK_RWKV6 = Kernel("fla.ops.rwkv6", "chunk_rwkv6", "flash-linear-attention", "0.2.0",
@@ -90,6 +90,7 @@ def recurrent_backend(x: torch.Tensor) -> str:
     return "fla_recurrent" if FUSED_RECURRENT_RWKV6.usable(x) else "torch_step"
 
 
+@own_precision
 def rwkv6_scan_ref(q, k, v, w, u, scale=None, initial_state=None, output_final_state=False):
     """The recurrence one step at a time (the readable reference, as fla's
     ``naive_recurrent_rwkv6``; cost L Python steps):
@@ -111,6 +112,7 @@ def rwkv6_scan_ref(q, k, v, w, u, scale=None, initial_state=None, output_final_s
     return o.to(out_dtype), (S if output_final_state else None)
 
 
+@own_precision
 def rwkv6_scan_chunked(q, k, v, w, u, scale=None, initial_state=None, output_final_state=False,
                      chunk_size=64):
     """Pure-PyTorch chunked RWKV-6 recurrence (proven against ``rwkv6_scan_ref``). Same signature

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from .fastpath import Kernel
-from .chunks import matmul_range
+from .chunks import matmul_range, own_precision
 
 # Also the source of the fused Mamba-2 block (zoo/mixers/mamba2.py); no float64 kernels.
 SSD_SCAN = Kernel("mamba_ssm.ops.triton.ssd_combined", "mamba_chunk_scan_combined", "mamba-ssm",
@@ -47,6 +47,7 @@ def ssd_scan(x, dt, A, B, C, chunk_size=64, D=None, z=None, dt_bias=None, dt_sof
                             initial_states, return_final_states)
 
 
+@own_precision
 def ssd_scan_ref(x, dt, A, B, C, chunk_size=64, D=None, z=None, dt_bias=None, dt_softplus=False,
                  initial_states=None, return_final_states=False):
     """One step at a time, exactly as the Mamba-2 paper writes the SSM (the readable
@@ -115,7 +116,7 @@ def _within_chunks(C, B, x_heads, cs, limit: float):
         cs_at = cs[at]  # (M, Q)
         decay = (cs_at[:, :, None] - cs_at[:, None, :]).masked_fill(~causal, float("-inf")).exp()
         y_at = (scores[at[:3]] * decay) @ x_heads.transpose(3, 4)[at]  # (M, Q, p)
-        y = y.transpose(3, 4).index_put(at, y_at).transpose(3, 4)
+        y = y.transpose(3, 4).index_put(at, y_at.to(y.dtype)).transpose(3, 4)  # autocast: y_at may be bf16
     return y
 
 
@@ -132,6 +133,7 @@ def _across_chunks(states, cs, S, r: int, p: int):
     return torch.stack(entering, dim=1), S
 
 
+@own_precision
 def ssd_scan_chunked(x, dt, A, B, C, chunk_size=64, D=None, z=None, dt_bias=None, dt_softplus=False,
                      initial_states=None, return_final_states=False):
     """Pure-PyTorch SSD, same signature and semantics as ``ssd_scan``."""
