@@ -73,7 +73,11 @@ def parser() -> argparse.ArgumentParser:
                      help="run diverged runs again (by default a diverged run is final)")
     s = run.add_argument_group("slurm")
     s.add_argument("--partition")
-    s.add_argument("--gpus", type=int, help="GPUs per job")
+    s.add_argument("--gpus", type=int, help="GPUs per node of a job")
+    run.add_argument("--tasks-per-node", type=int, metavar="N",
+                     help="processes per run and node (one per GPU): one run trained by DDP or FSDP2 "
+                          "(the config's train.strategy) on N x NODES processes; local and slurm")
+    s.add_argument("--nodes", type=int, help="nodes per run (with --tasks-per-node)")
     s.add_argument("--cpus-per-task", type=int)
     s.add_argument("--mem-gb", type=float, help="memory per job in GB (whole megabytes are sent)")
     s.add_argument("--signal-lead", type=int, dest="signal_lead_s", metavar="SECONDS",
@@ -130,7 +134,8 @@ def cmd_run(args, sweep) -> int:
         return 0
     if args.executor == "slurm" and shutil.which("sbatch") is None:
         raise SweepError("--executor slurm submits with sbatch, which is not on PATH: run it on a Slurm login node")
-    opts = {k: getattr(args, k) for k in ("partition", "gpus", "cpus_per_task", "mem_gb", "time",
+    opts = {k: getattr(args, k) for k in ("partition", "gpus", "nodes", "tasks_per_node", "cpus_per_task",
+                                          "mem_gb", "time",
                                           "array_parallelism", "max_timeouts", "signal_lead_s", "threads",
                                           "account", "qos", "constraint", "setup")}
     opts["extra"] = dict(args.slurm_arg)

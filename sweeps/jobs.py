@@ -26,6 +26,7 @@ import torch
 import tasks
 from results.layout import record_path, workdir_for
 from results.records import STATUSES, read_record, write_record
+from tasks.engine import parallel
 from tasks.engine.runs import now, provenance
 
 from .ledger import cancel_requested, record_submissions
@@ -73,18 +74,23 @@ def execute(run: RunConfig, sweep: str, results_dir: str | Path, run_fn=None, ex
     the task's registered ``run`` (jobs carry it, so a task registered at run time,
     e.g. by a test, also runs in a fresh process). Returns without a record when the
     run was interrupted (it is being requeued), cancelled (``linbench cancel`` after
-    ``submitted``) or runs elsewhere ("busy")."""
+    ``submitted``) or runs elsewhere ("busy").
+
+    A run over several processes (a job of several tasks: WORLD_SIZE in the environment)
+    calls this on every rank: they join one process group, rank 0 takes the decisions
+    (done already, busy) and writes the record; the others train beside it."""
+    w = parallel.init_from_env("cuda" if torch.cuda.is_available() else "cpu")
     path = record_path(results_dir, sweep, run.run_id)
-    old = read_record(path)
-    if old is not None and old.get("status") == "ok":
+    old = read_record(path) if w.main else None
+    if parallel.from_main(old is not None and old.get("status") == "ok"):
         return "ok"  # a duplicate submission finds it done
     run_fn = run_fn or tasks.TASKS[run.task][1]
     workdir = workdir_for(results_dir, sweep, run.run_id)
     workdir.mkdir(parents=True, exist_ok=True)
-    with _exclusive(workdir) as mine:
-        if not mine:
+    with (_exclusive(workdir) if w.main else contextlib.nullcontext(True)) as mine:
+        if not parallel.from_main(mine):
             return "busy"
-        attempts = _bump_attempts(workdir)
+        attempts = _bump_attempts(workdir) if w.main else 0
         if threads:
             torch.set_num_threads(threads)
         started, t0 = now(), time.perf_counter()
@@ -100,6 +106,8 @@ def execute(run: RunConfig, sweep: str, results_dir: str | Path, run_fn=None, ex
             return status  # the checkpoint is written; the requeued job (or a rerun) resumes
         if status not in STATUSES:
             status, error = "failed", f"task returned status {status!r}; expected one of {list(STATUSES)}"
+        if not w.main:
+            return status  # rank 0 writes the record
         record = {
             "run_id": run.run_id, "sweep": sweep, "task": run.task, "label": run.label,
             "config": run.to_dict()["config"], "mixer_revisions": mixer_revisions(run.config),
@@ -138,9 +146,13 @@ class RunJob(submitit.helpers.Checkpointable):
         self.submitted = time.time()  # a `linbench cancel` after this stops the job
 
     def __call__(self) -> str:
-        # where the run trains, for `linbench cancel` (a local job's pid is submitit's shell)
-        record_submissions(self.results_dir, self.sweep, {self.run.run_id: {
-            "pid": os.getpid(), "host": socket.gethostname()}})
+        job = submitit.JobEnvironment()
+        if job.num_tasks > 1:  # one run over several tasks: torch.distributed's rendezvous
+            submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
+        if job.global_rank == 0:
+            # where the run trains, for `linbench cancel` (a local job's pid is submitit's shell)
+            record_submissions(self.results_dir, self.sweep, {self.run.run_id: {
+                "pid": os.getpid(), "host": socket.gethostname()}})
         threads = self.threads or int(os.environ.get("SLURM_CPUS_PER_TASK", 0)) or None
         status = execute(self.run, self.sweep, self.results_dir, self.run_fn, self.executor, threads,
                          submitted=self.submitted)

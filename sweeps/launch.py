@@ -100,6 +100,7 @@ def _run_local(todo, sweep, results_dir, folder, parallel, params, log) -> list[
     cores = os.cpu_count() or 1
     ex = submitit.LocalExecutor(folder)
     ex.update_parameters(timeout_min=params.get("time") or 7 * 24 * 60,
+                         tasks_per_node=params.get("tasks_per_node") or 1,  # processes per run
                          setup=[f"export SUBMITIT_PREEMPT_SIGNAL={PREEMPT_SIGNAL}"])
     queue, running, statuses, since = list(todo), {}, [], time.time()
     bar = tqdm(total=len(todo), desc=sweep, unit="run", disable=log is not print)

@@ -31,9 +31,9 @@ def signal_lead(time_min: float) -> int:
 
 
 def slurm_parameters(sweep: str, opts: dict) -> dict:
-    """submitit SlurmExecutor parameters from the CLI's options (partition, gpus, time,
-    array_parallelism, cpus_per_task, mem_gb, signal_lead_s, account, qos, constraint,
-    setup, extra)."""
+    """submitit SlurmExecutor parameters from the CLI's options (partition, gpus, nodes,
+    tasks_per_node, time, array_parallelism, cpus_per_task, mem_gb, signal_lead_s, account,
+    qos, constraint, setup, extra)."""
     delay = opts.get("signal_lead_s") or signal_lead(opts.get("time") or 120)
     params = {"job_name": f"linbench-{sweep}", "time": opts.get("time") or 120, "signal_delay_s": delay,
               "array_parallelism": opts.get("array_parallelism") or 256,
@@ -47,6 +47,10 @@ def slurm_parameters(sweep: str, opts: dict) -> dict:
             params[key] = opts[key]
     if opts.get("gpus"):
         params["gpus_per_node"] = opts["gpus"]
+    if opts.get("nodes"):
+        params["nodes"] = opts["nodes"]
+    if opts.get("tasks_per_node"):  # one run over nodes x tasks processes (one per GPU)
+        params["ntasks_per_node"] = opts["tasks_per_node"]
     if opts.get("mem_gb"):  # whole megabytes: sbatch refuses "--mem=2.0GB"
         params["mem"] = f"{math.ceil(opts['mem_gb'] * 1024)}M"
     return params

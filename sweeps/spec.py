@@ -45,7 +45,9 @@ def canonical(obj: Any) -> Any:
 
 def identity(config: Any) -> Any:
     """What a run id hashes: the canonical config, minus where files live on this
-    machine and how often a run checkpoints and reports. A cache folder never changes a
+    machine, how often a run checkpoints and reports, and how its processes share the
+    work (a TrainConfig's ``strategy`` and ``micro_batch_size``: the same global batch,
+    the same run). A cache folder never changes a
     result; a data folder only matters as "local copy" against "the hub" (an offline SNLI
     run trains on a different split). ``checkpoint_every`` hashes as its default 0, so the
     ids of runs made before it stopped counting (with the default) stay the same; a
@@ -55,7 +57,8 @@ def identity(config: Any) -> Any:
     if isinstance(config, dict):
         out = {}
         for key, value in config.items():
-            if key in ("cache_dir", "checkpoint_minutes", "log_every_s") or (key in ("hybrid", "extrapolate") and not value):
+            if key in ("cache_dir", "checkpoint_minutes", "log_every_s", "strategy", "micro_batch_size") \
+                    or (key in ("hybrid", "extrapolate") and not value):
                 continue
             if key == "checkpoint_every":
                 out[key] = 0

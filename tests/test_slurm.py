@@ -197,3 +197,29 @@ def test_days_on_slurm_refusal_pending_no_resubmit_cancel_resume_and_logs(tmp_pa
     assert cli([*argv, "--wait"]) == 0
     rec = records(res, "days")[long_run.run_id]
     assert rec["status"] == "ok" and rec["resumed"] is True and 0 < rec["metrics"]["resumed_from"] < 200
+
+
+TWO_TASKS = """
+from sweeps import RunConfig
+configs = [RunConfig("toy", {"seed": 9, "train": {"steps": 8, "batch_size": 4, "lr": 1e-2, "warmup_steps": 1,
+                                                  "eval_every": 4, "device": "cpu"}}, "two")]
+"""
+
+
+def test_a_two_task_job_trains_one_run_to_one_record(tmp_path, capsys):
+    # `--tasks-per-node 2`: one job of two tasks (submitit's TorchDistributedEnvironment,
+    # DDP over gloo), one record written by rank 0, and both tasks' logs end in a status line
+    path = tmp_path / "two.py"
+    path.write_text(TWO_TASKS)
+    res = tmp_path / "results"
+    argv = ["run", str(path), "--executor", "slurm", "--results-dir", str(res), "--cpus-per-task", "1",
+            "--tasks-per-node", "2", "--time", "10", "--wait"]
+    assert cli(argv) == 0, capsys.readouterr().out
+    logs = res / "two" / "submitit"
+    sbatch = "".join(p.read_text() for p in logs.glob("**/*submission.sh"))
+    assert "--ntasks-per-node=2" in sbatch
+    (rec,) = records(res, "two").values()
+    assert rec["status"] == "ok" and rec["metrics"]["world_size"] == 2 and rec["metrics"]["strategy"] == "ddp"
+    assert rec["attempts"] == 1 and rec["provenance"]["executor"] == "slurm"
+    task_logs = sorted(logs.glob("**/*_log.out"))
+    assert len(task_logs) == 2 and all("[linbench] run" in p.read_text() for p in task_logs)

@@ -26,7 +26,7 @@ from results.layout import workdir_for
 from sweeps.jobs import _exclusive, execute
 from sweeps.launch import may_start
 from tasks.engine.losses import lm_loss
-from tasks.engine.runs import environment, model_metadata
+from tasks.engine.runs import model_metadata, run_fields
 from tasks.engine.train import TrainConfig, train
 from submitit.core.utils import UncompletedJobError
 from zoo.config import StrictConfig
@@ -67,10 +67,8 @@ def toy_run(cfg: ToyConfig, workdir: Path | None = None, progress: bool = True) 
     ckpt = Path(workdir) / "checkpoint.pt" if workdir else None
     loss_fn = (lambda m, b: lm_loss(m, b) * float("nan")) if cfg.fail == "diverge" else lm_loss
     res = train(model, cfg.train, batch_fn, loss_fn, checkpoint=ckpt, progress=progress, desc="toy")
-    return {"status": res.status, "loss": res.final_loss, "steps": res.steps, "resumed_from": res.resumed_from,
-            "wall_time": res.wall_time, "pid": os.getpid(), "t_start": t_start, "t_end": time.time(),
-            "threads": torch.get_num_threads(), **model_metadata(model, 8),
-            **environment(torch.device("cpu")), "dtype": "float32", "precision": "fp32"}
+    return {**run_fields(res, cfg.train, cfg.seed), "loss": res.final_loss, "pid": os.getpid(),
+            "t_start": t_start, "t_end": time.time(), "threads": torch.get_num_threads(), **model_metadata(model, 8)}
 
 
 @pytest.fixture(autouse=True)
@@ -114,6 +112,9 @@ def test_precision_auto_keeps_the_ids_of_runs_made_with_the_flag_it_replaced():
     old = make_run_id("x", {"train": {**train, "amp": True}})  # a record made before the field
     assert make_run_id("x", {"train": {**train, "precision": "auto"}}) == old
     assert make_run_id("x", {"train": {**train, "precision": "bf16"}}) != old
+    # how the processes share a global batch is not the run's identity
+    assert make_run_id("x", {"train": {**train, "strategy": "fsdp", "micro_batch_size": 2}}) == \
+        make_run_id("x", {"train": train})
     assert make_run_id("x", {"train": {**train, "precision": "fp32"}}) not in (
         old, make_run_id("x", {"train": {**train, "precision": "bf16"}}))
 
@@ -245,6 +246,21 @@ def test_local_executor_runs_jobs_in_subprocesses_and_a_timing_run_alone(tmp_pat
     threads = {r["run_id"]: r["metrics"]["threads"] for r in records(tmp_path).values()}
     assert threads == {sweep.runs[0].run_id: max(1, cores // 2), sweep.runs[1].run_id: cores}
     assert all(r["provenance"]["executor"] == "local" for r in records(tmp_path).values())
+
+
+def test_local_executor_trains_one_run_on_two_processes_to_one_record(tmp_path):
+    # --tasks-per-node 2: one run, two processes (DDP over gloo), rank 0 writes the record;
+    # it ends where one process ends (the same global batch, dropout 0)
+    sweep = sweep_of(toy(seed=4))
+    alone = launch(sweep, tmp_path / "one", "debug", log=lambda *_: None)
+    two = launch(sweep, tmp_path / "two", "local", slurm={"tasks_per_node": 2}, log=lambda *_: None)
+    assert alone["statuses"] == two["statuses"] == {"ok": 1}
+    (one,), (rec,) = records(tmp_path / "one").values(), records(tmp_path / "two").values()
+    assert one["run_id"] == rec["run_id"]  # how the processes share the batch is not identity
+    assert (rec["metrics"]["world_size"], rec["metrics"]["strategy"], rec["metrics"]["micro_batch_size"]) == (2, "ddp", 2)
+    assert (one["metrics"]["world_size"], one["metrics"]["strategy"]) == (1, None)
+    assert rec["metrics"]["loss"] == pytest.approx(one["metrics"]["loss"], rel=1e-5)
+    assert rec["attempts"] == 1 and not (workdir_for(tmp_path / "two", "t", rec["run_id"]) / "checkpoint.pt").exists()
 
 
 def test_cli_run_status_and_dry_run(tmp_path, capsys):

@@ -260,11 +260,12 @@ def test_marked_parameters_get_no_weight_decay():
     """Mamba's A_log is a (d_inner, d_state) matrix, but mamba_ssm never decays it; RWKV-6's
     (5, D) mixing coefficients and (H, K) bonus likewise. The optimiser's groups honour
     the mixers' ``_no_weight_decay`` marks; Linear weights still decay."""
-    from tasks.engine.train import _optimizer
+    from tasks.engine.train import _optimizer, no_decay_names
     for mixer, marked in (("mamba", ("A_log",)), ("rwkv6", ("time_maa", "time_faaaa", "time_maa_w1"))):
         model = zoo.build_model(zoo.ModelConfig(vocab_size=50, d_model=32, n_layers=1, max_len=16,
                                                 mixer=mixer), seed=0)
-        decayed, kept = (_optimizer(model, TrainConfig(weight_decay=0.1)).param_groups[i] for i in (0, 1))
+        decayed, kept = (_optimizer(model, TrainConfig(weight_decay=0.1), no_decay_names(model)).param_groups[i]
+                          for i in (0, 1))
         assert decayed["weight_decay"] == 0.1 and kept["weight_decay"] == 0.0
         names = {id(p): n for n, p in model.named_parameters()}
         no_decay = {names[id(p)].rsplit(".", 1)[-1] for p in kept["params"]}

@@ -229,8 +229,12 @@ class LM(nn.Module):
             h = block(h)
         return self.norm_f(h)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.forward_embedded(self.embed(tokens))
+    def forward(self, tokens: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, L, V); with ``keep`` (B, L) bool, those at the N kept positions only,
+        (N, V): the head applied there alone (a task that scores few positions)."""
+        if keep is None:
+            return self.forward_embedded(self.embed(tokens))
+        return self.head(self.features_embedded(self.embed(tokens))[keep])
 
     # ---- the step (decode) form: each layer's mixer state, and the position reached ----
 

@@ -8,6 +8,8 @@ import csv
 import json
 from pathlib import Path
 
+from . import parallel
+
 
 def apply_sets(cfg, sets: list[str]):
     """A config with ``a.b=value`` overrides applied (values parsed as JSON, else kept
@@ -40,15 +42,18 @@ def add_run_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def run_from_cli(cfg, args: argparse.Namespace, run, show) -> dict:
-    """Apply --device and --set, run, write --out, print ``show(record)``."""
+    """Apply --device and --set, run, write --out, print ``show(record)``. Started by
+    torchrun (``torchrun --nproc-per-node N -m tasks ...``), every process trains the run
+    (tasks.engine.parallel) and rank 0 writes and prints."""
     # a training task's device is its train.device; a measuring task (scaling) has its own
     cfg = cfg.replace(train=cfg.train.replace(device=args.device)) if hasattr(cfg, "train") \
         else cfg.replace(device=args.device)
     cfg = apply_sets(cfg, args.set)
     record = run(cfg, args.workdir)
-    if args.out:
-        args.out.write_text(json.dumps(record, indent=1))
-    print(show(record))
+    if parallel.world().main:  # under torchrun every rank ran it; rank 0 reports
+        if args.out:
+            args.out.write_text(json.dumps(record, indent=1))
+        print(show(record))
     return record
 
 

@@ -21,8 +21,10 @@ def labelled_logits(model, inputs: torch.Tensor, keep: torch.Tensor) -> torch.Te
     applies its head there alone: a task that labels few positions (MQAR labels the
     queried values, kv of L) would otherwise spend most of a CPU step on (B, L, V)
     logits. Any other module is called whole."""
-    if isinstance(model, zoo.LM):
-        return model.head(model.features_embedded(model.embed(inputs))[keep]).float()  # (N, V)
+    lm = getattr(model, "module", model)  # a zoo LM, or a zoo LM inside DDP
+    if isinstance(lm, zoo.LM):
+        # through the module's own forward, so that DDP and FSDP2 see the call
+        return model(inputs, keep=keep).float()  # (N, V)
     return model(inputs)[keep].float()
 
 

@@ -16,6 +16,8 @@ import torch
 
 import zoo
 
+from . import parallel
+
 REPO = Path(__file__).resolve().parents[2]  # the checkout: its git commit goes in every record
 PACKAGES = ("torch", "numpy", "triton", "mamba-ssm", "causal-conv1d", "flash-attn", "submitit", "linbench")
 
@@ -36,12 +38,17 @@ def weights_path(workdir: str | Path) -> Path:
 
 
 def save_weights(workdir: str | Path | None, model: zoo.LM) -> None:
+    """Write ``weights_path``: the model's whole state, gathered over the ranks of a
+    sharded run (every rank calls this), written by rank 0."""
     if workdir is None:
+        return
+    state = parallel.full_state(model)
+    if not parallel.world().main:
         return
     path = weights_path(workdir)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    torch.save({"model_config": model.cfg.to_dict(), "model": model.state_dict()}, tmp)
+    torch.save({"model_config": model.cfg.to_dict(), "model": state}, tmp)
     os.replace(tmp, path)  # atomic, as the checkpoint
 
 
@@ -70,7 +77,7 @@ def score_best(model: torch.nn.Module, result, tcfg, score):
     number a run reports), or None when no evaluation ran (a run that diverged first)."""
     if result.best_state is None:
         return None
-    model.load_state_dict(result.best_state)
+    parallel.load_full_state(model, result.best_state)
     model.eval()
     device = tcfg.resolve_device()
     with torch.no_grad(), torch.autocast(device.type, torch.bfloat16, enabled=tcfg.bf16(device)):
@@ -79,13 +86,18 @@ def score_best(model: torch.nn.Module, result, tcfg, score):
 
 
 def run_fields(result, tcfg, seed: int) -> dict:
-    """The record fields of every run: how it ended, how long it took, where it ran and in
-    what precision ("bf16": autocast; ``dtype`` says the same as a torch dtype's name)."""
+    """The record fields of every run: how it ended, how long it took, where it ran, on how
+    many processes and in what precision ("bf16": autocast; ``dtype`` says the same as a
+    torch dtype's name)."""
     device = tcfg.resolve_device()
     bf16 = tcfg.bf16(device)
+    w = parallel.world()
     return {"seed": seed, "status": result.status, "steps": result.steps, "wall_time": result.wall_time,
             "resumed_from": result.resumed_from, **environment(device),
-            "dtype": "bfloat16" if bf16 else "float32", "precision": "bf16" if bf16 else "fp32"}
+            "dtype": "bfloat16" if bf16 else "float32", "precision": "bf16" if bf16 else "fp32",
+            # how many processes trained it, and how (one: no strategy)
+            "world_size": w.size, "strategy": tcfg.strategy if w.size > 1 else None,
+            "micro_batch_size": tcfg.micro_batch(w.size)}
 
 
 

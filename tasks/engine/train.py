@@ -1,6 +1,7 @@
 """The one training loop every task uses.
 
 AdamW, linear warm-up then cosine decay, gradient clipping, bf16 autocast (``precision``),
+gradient accumulation and one run over many processes (DDP or FSDP2, tasks.engine.parallel),
 evaluation every N steps with early stop at a target, a tqdm bar (plain log lines and a
 ``progress.json`` heartbeat, see tasks.engine.progress), checkpoints every few minutes (and/or
 every N steps) and on SIGTERM/SIGUSR1, and resume from the checkpoint. Batches are a pure
@@ -25,6 +26,7 @@ from tqdm.auto import tqdm
 
 from zoo.config import StrictConfig, check_bounds, check_choice
 
+from . import parallel
 from .progress import PROGRESS_FILE, Heartbeat
 
 
@@ -51,10 +53,18 @@ class TrainConfig(StrictConfig):
     # "fp32": fp32 everywhere; "bf16": bf16 autocast on either (CPUs with AMX run bf16
     # matmuls several times faster). Parameters and optimizer state stay fp32 in all three.
     precision: str = "auto"
+    # Over many processes (WORLD_SIZE > 1, see tasks.engine.parallel): "ddp" replicates the
+    # model, "fsdp" shards it (FSDP2). batch_size stays the global batch; each process trains
+    # on its share in micro-batches of micro_batch_size (0: the whole share at once).
+    # Neither changes what a run computes, so neither is part of a run's identity.
+    strategy: str = "ddp"
+    micro_batch_size: int = 0
 
     def __post_init__(self):
         check_choice("TrainConfig", "device", self.device, ("auto", "cpu", "cuda"))
         check_choice("TrainConfig", "precision", self.precision, PRECISIONS)
+        check_choice("TrainConfig", "strategy", self.strategy, parallel.STRATEGIES)
+        check_bounds(self, "micro_batch_size", ge=0)
         # types (and a finite lr) are checked from the hints before this runs
         check_bounds(self, "steps", "batch_size", "eval_every", "lr", gt=0)
         check_bounds(self, "warmup_steps", "checkpoint_every", "weight_decay", "grad_clip", ge=0)
@@ -68,6 +78,19 @@ class TrainConfig(StrictConfig):
         if self.device == "auto":
             return torch.device("cuda" if torch.cuda.is_available() else "cpu")
         return torch.device(self.device)
+
+    def micro_batch(self, world_size: int) -> int:
+        """Sequences per micro-batch on each of ``world_size`` processes; raises naming the
+        field when the global batch does not split evenly."""
+        share, left = divmod(self.batch_size, world_size)
+        if left:
+            raise ValueError(f"TrainConfig: batch_size={self.batch_size} does not split over "
+                             f"{world_size} processes; make it a multiple of {world_size}")
+        micro = self.micro_batch_size or share
+        if share % micro:
+            raise ValueError(f"TrainConfig: micro_batch_size={self.micro_batch_size} must divide the "
+                             f"{share} sequences each of {world_size} processes trains on per step")
+        return micro
 
     def bf16(self, device: torch.device) -> bool:
         """Whether this run computes under bf16 autocast on ``device``."""
@@ -132,10 +155,17 @@ def decays(p: nn.Parameter) -> bool:
     return p.dim() >= 2 and not getattr(p, "_no_weight_decay", False)
 
 
-def _optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if decays(p)], "weight_decay": cfg.weight_decay},
-              {"params": [p for p in params if not decays(p)], "weight_decay": 0.0}]
+def no_decay_names(model: nn.Module) -> set[str]:
+    """The names of the parameters ``decays`` exempts."""
+    return {n for n, p in model.named_parameters() if not decays(p)}
+
+
+def _optimizer(model: nn.Module, cfg: TrainConfig, no_decay: set[str]) -> torch.optim.Optimizer:
+    """AdamW over the model's parameters; ``no_decay`` names those ``decays`` exempts, read
+    before FSDP2 replaced the parameters (and their marks) with sharded ones."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    groups = [{"params": [p for n, p in named if n not in no_decay], "weight_decay": cfg.weight_decay},
+              {"params": [p for n, p in named if n in no_decay], "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas))
 
 
@@ -147,12 +177,12 @@ def _save(path: Path, state: dict) -> None:
 
 def _resume(ckpt: Path | None, model: nn.Module, opt: torch.optim.Optimizer, device: torch.device) -> TrainResult:
     """The result so far: from the checkpoint (model, optimizer and RNG restored) when there
-    is one, else a fresh one."""
+    is one, else a fresh one. Every rank reads the same file (a shared file system)."""
     if ckpt is None or not ckpt.exists():
         return TrainResult(status="ok", steps=0, final_loss=float("nan"), best=None)
     state = torch.load(ckpt, map_location="cpu", weights_only=False)
-    model.load_state_dict(state["model"])
-    opt.load_state_dict(state["optimizer"])
+    parallel.load_full_state(model, state["model"])
+    parallel.load_optimizer_state(model, opt, state["optimizer"])
     torch.set_rng_state(state["rng"])
     if state.get("cuda_rng") is not None and device.type == "cuda":
         torch.cuda.set_rng_state(state["cuda_rng"], device)  # dropout on the GPU draws from it
@@ -162,36 +192,57 @@ def _resume(ckpt: Path | None, model: nn.Module, opt: torch.optim.Optimizer, dev
 
 
 def _snapshot(model: nn.Module, opt: torch.optim.Optimizer, res: TrainResult, device: torch.device) -> dict:
-    """What a checkpoint holds: enough to continue bit for bit (``_resume``)."""
-    return {"model": model.state_dict(), "optimizer": opt.state_dict(), "rng": torch.get_rng_state(),
-            "result": res, "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
+    """What a checkpoint holds: enough to continue bit for bit (``_resume``); the whole
+    state, whatever the sharding (a collective over the ranks)."""
+    return {"model": parallel.full_state(model), "optimizer": parallel.optimizer_state(model, opt),
+            "rng": torch.get_rng_state(), "result": res,
+            "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
 
 
 def _evaluate(model: nn.Module, res: TrainResult, eval_fn, metric: str, better, autocast: bool,
               device: torch.device) -> float | None:
-    """Run ``eval_fn``, append it to the history, keep the best weights; the metric's value."""
+    """Run ``eval_fn`` (on every rank: a sharded model's forward is a collective), append
+    rank 0's metrics to the history, keep the best weights; the metric's value."""
     model.eval()
     with torch.no_grad(), torch.autocast(device.type, torch.bfloat16, enabled=autocast):
         metrics = eval_fn(model) if eval_fn else {}
     model.train()
-    metrics = {"step": res.steps, "train_loss": res.final_loss, **metrics}
+    metrics = parallel.from_main({"step": res.steps, "train_loss": res.final_loss, **metrics})
     res.history.append(metrics)
     value = metrics.get(metric)
     if value is not None and (res.best is None or better(value, res.best)):
         res.best = value
-        res.best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        res.best_state = parallel.full_state(model)
     return value
 
 
-def _step(model: nn.Module, opt: torch.optim.Optimizer, cfg: TrainConfig, loss: torch.Tensor, step: int) -> None:
-    """Optimiser step ``step`` on ``loss`` (finite): the schedule's lr, gradients clipped when asked."""
+def _step(net: nn.Module, opt: torch.optim.Optimizer, cfg: TrainConfig, batch: tuple, loss_fn,
+          step: int, micro: int, autocast: bool, device: torch.device) -> float:
+    """Optimiser step ``step`` on the global ``batch``: this rank's share in micro-batches of
+    ``micro``, each loss weighted by its share of the step, gradients averaged over the
+    ranks, the schedule's lr, clipping when asked. The step's loss (the mean over ranks),
+    or a non-finite loss, before any update."""
     for group in opt.param_groups:
         group["lr"] = cfg.lr_at(step)
     opt.zero_grad(set_to_none=True)
-    loss.backward()
+    parts = parallel.micro_batches(batch, micro)
+    total = 0.0
+    for i, part in enumerate(parts):
+        with parallel.no_sync(net, last=i == len(parts) - 1):
+            with torch.autocast(device.type, torch.bfloat16, enabled=autocast):
+                loss = loss_fn(net, part) / len(parts)
+            if not torch.isfinite(loss):
+                total = float("nan")
+                break
+            loss.backward()
+        total += loss.item()
+    loss = parallel.mean(total, device)  # every rank takes the same decision on a NaN
+    if not math.isfinite(loss):
+        return loss
     if cfg.grad_clip > 0:
-        nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        nn.utils.clip_grad_norm_(net.parameters(), cfg.grad_clip)
     opt.step()
+    return loss
 
 
 def train(model: nn.Module, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
@@ -204,30 +255,35 @@ def train(model: nn.Module, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
     Progress goes to ``progress.json`` beside the checkpoint and, when the bar is off or
     stderr is no terminal, to stdout as plain lines (tokens/s when ``tokens_per_step`` is known)."""
     device = cfg.resolve_device()
+    w = parallel.init_from_env(device.type)
+    if device.type == "cuda" and w.size > 1:
+        device = torch.device("cuda", torch.cuda.current_device())  # this rank's GPU
+    micro = cfg.micro_batch(w.size)
     model.to(device)
-    opt = _optimizer(model, cfg)
+    no_decay = no_decay_names(model)
+    net = parallel.wrap(model, cfg.strategy, device)  # what the steps call: the model, DDP or FSDP2
+    opt = _optimizer(model, cfg, no_decay)
     ckpt = Path(checkpoint) if checkpoint else None
     res = _resume(ckpt, model, opt, device)
     better = (lambda a, b: a > b) if higher_is_better else (lambda a, b: a < b)
     autocast = cfg.bf16(device)
+    progress = progress and w.main
 
     start = time.perf_counter() - res.wall_time
     model.train()
     bar = tqdm(total=cfg.steps, initial=res.steps, desc=desc, disable=not progress, leave=False)
-    beats = Heartbeat(res, cfg.steps, ckpt.with_name(PROGRESS_FILE) if ckpt else None, cfg.log_every_s,
-                      tokens_per_step, metric, lines=not progress or not sys.stderr.isatty())
+    beats = Heartbeat(res, cfg.steps, ckpt.with_name(PROGRESS_FILE) if ckpt and w.main else None, cfg.log_every_s,
+                      tokens_per_step, metric, lines=w.main and (not progress or not sys.stderr.isatty()))
     last_save = time.monotonic()
     with _SignalFlag() as flag, beats:
         while res.steps < cfg.steps and not res.stopped_early:
             step = res.steps
             batch = tuple(t.to(device, non_blocking=True) for t in batch_fn(step))
-            with torch.autocast(device.type, torch.bfloat16, enabled=autocast):
-                loss = loss_fn(model, batch)
-            if not torch.isfinite(loss):
-                res.status, res.final_loss = "diverged", loss.item()
+            loss = _step(net, opt, cfg, batch, loss_fn, step, micro, autocast, device)
+            if not math.isfinite(loss):
+                res.status, res.final_loss = "diverged", loss
                 break
-            _step(model, opt, cfg, loss, step)
-            res.steps, res.final_loss = step + 1, loss.item()
+            res.steps, res.final_loss = step + 1, loss
             bar.update(1)
             bar.set_postfix(loss=f"{res.final_loss:.4f}", refresh=False)
             if res.steps % cfg.eval_every == 0 or res.steps == cfg.steps:
@@ -238,16 +294,22 @@ def train(model: nn.Module, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
             res.wall_time = time.perf_counter() - start
             periodic = ((cfg.checkpoint_every and res.steps % cfg.checkpoint_every == 0)
                         or (cfg.checkpoint_minutes and time.monotonic() - last_save >= 60 * cfg.checkpoint_minutes))
-            if ckpt is not None and (periodic or flag.caught):
-                _save(ckpt, _snapshot(model, opt, res, device))
+            # every rank saves (a collective) and stops at the same step, whichever rank's
+            # clock or signal came first
+            periodic, caught = parallel.any_rank([bool(periodic), flag.caught is not None], device)
+            if ckpt is not None and (periodic or caught):
+                snapshot = _snapshot(model, opt, res, device)
+                if w.main:
+                    _save(ckpt, snapshot)
                 last_save = time.monotonic()
             if beats.due():
                 beats.beat()
-            if flag.caught:
+            if caught:
                 res.status = "interrupted"  # stays so only if the signal is ignored
                 beats.finish("interrupted")
                 bar.close()
-                flag.forward_signal()  # usually does not return
+                if flag.caught is not None:
+                    flag.forward_signal()  # usually does not return
                 break
     bar.close()
     res.wall_time = time.perf_counter() - start
