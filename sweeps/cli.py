@@ -74,6 +74,9 @@ def parser() -> argparse.ArgumentParser:
     s = run.add_argument_group("slurm")
     s.add_argument("--partition")
     s.add_argument("--gpus", type=int, help="GPUs per node of a job")
+    run.add_argument("--log", choices=["tensorboard", "wandb"],
+                     help="live curves of every run (loss, lr, tokens/s, validation, backends) under "
+                          "RESULTS_DIR/SWEEP/logs/; needs that package")
     run.add_argument("--tasks-per-node", type=int, metavar="N",
                      help="processes per run and node (one per GPU): one run trained by DDP or FSDP2 "
                           "(the config's train.strategy) on N x NODES processes; local and slurm")
@@ -137,7 +140,7 @@ def cmd_run(args, sweep) -> int:
     opts = {k: getattr(args, k) for k in ("partition", "gpus", "nodes", "tasks_per_node", "cpus_per_task",
                                           "mem_gb", "time",
                                           "array_parallelism", "max_timeouts", "signal_lead_s", "threads",
-                                          "account", "qos", "constraint", "setup")}
+                                          "account", "qos", "constraint", "setup", "log")}
     opts["extra"] = dict(args.slurm_arg)
     try:
         summary = launch(sweep, args.results_dir, args.executor, args.parallel, opts, wait=args.wait,

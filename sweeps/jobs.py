@@ -26,7 +26,7 @@ import torch
 import tasks
 from results.layout import record_path, workdir_for
 from results.records import STATUSES, read_record, write_record
-from tasks.engine import parallel
+from tasks.engine import parallel, tracking
 from tasks.engine.runs import now, provenance
 
 from .ledger import cancel_requested, record_submissions
@@ -69,12 +69,14 @@ def _classify(exc: BaseException) -> str:
 
 
 def execute(run: RunConfig, sweep: str, results_dir: str | Path, run_fn=None, executor: str = "debug",
-            threads: int | None = None, progress: bool = False, submitted: float | None = None) -> str:
+            threads: int | None = None, progress: bool = False, submitted: float | None = None,
+            log: str | None = None) -> str:
     """Run one config and write its record; returns the status. ``run_fn`` defaults to
     the task's registered ``run`` (jobs carry it, so a task registered at run time,
     e.g. by a test, also runs in a fresh process). Returns without a record when the
     run was interrupted (it is being requeued), cancelled (``linbench cancel`` after
-    ``submitted``) or runs elsewhere ("busy").
+    ``submitted``) or runs elsewhere ("busy"). ``log`` ("tensorboard", "wandb") sends its
+    curves there while it trains, under RESULTS_DIR/SWEEP/logs/ (tasks.engine.tracking).
 
     A run over several processes (a job of several tasks: WORLD_SIZE in the environment)
     calls this on every rank: they join one process group, rank 0 takes the decisions
@@ -96,7 +98,10 @@ def execute(run: RunConfig, sweep: str, results_dir: str | Path, run_fn=None, ex
         started, t0 = now(), time.perf_counter()
         metrics, error = {}, None
         try:
-            metrics = dict(run_fn(run.config, workdir=workdir, progress=progress))
+            with tracking.session(log if w.main else None, run.run_id, Path(results_dir) / sweep / "logs",
+                                  {"task": run.task, "label": run.label, "sweep": sweep, **run.to_dict()["config"]},
+                                  project=f"linbench-{sweep}"):
+                metrics = dict(run_fn(run.config, workdir=workdir, progress=progress))
             status = metrics.get("status", "ok")
         except Exception as exc:  # SystemExit (submitit's requeue) and Ctrl-C pass through
             status, error = _classify(exc), traceback.format_exc()
@@ -139,9 +144,9 @@ class RunJob(submitit.helpers.Checkpointable):
     its progress lives in the run's workdir, where the task resumes from."""
 
     def __init__(self, run: RunConfig, sweep: str, results_dir: str | Path, executor: str,
-                 threads: int | None = None):
+                 threads: int | None = None, log: str | None = None):
         self.run, self.sweep, self.results_dir = run, sweep, str(Path(results_dir).resolve())
-        self.executor, self.threads = executor, threads
+        self.executor, self.threads, self.log = executor, threads, log
         self.run_fn = tasks.TASKS[run.task][1]
         self.submitted = time.time()  # a `linbench cancel` after this stops the job
 
@@ -155,7 +160,7 @@ class RunJob(submitit.helpers.Checkpointable):
                 "pid": os.getpid(), "host": socket.gethostname()}})
         threads = self.threads or int(os.environ.get("SLURM_CPUS_PER_TASK", 0)) or None
         status = execute(self.run, self.sweep, self.results_dir, self.run_fn, self.executor, threads,
-                         submitted=self.submitted)
+                         submitted=self.submitted, log=self.log)
         # The job log's last word (submitit then says "completed successfully" whatever
         # the run's status, since the job itself did not crash).
         print(f"[linbench] run {self.run.run_id} ({self.run.name}): {status}"

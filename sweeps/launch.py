@@ -62,7 +62,8 @@ def launch(sweep: Sweep, results_dir: str | Path = "results", executor: str = "l
         return summary
     folder = results_dir / sweep.name / "submitit"
     if executor == "debug":
-        statuses = [log_status(run, execute(run, sweep.name, results_dir, executor="debug", progress=True), log)
+        statuses = [log_status(run, execute(run, sweep.name, results_dir, executor="debug", progress=True,
+                                            log=(slurm or {}).get("log")), log)
                     for run in todo]
     elif executor == "local":
         statuses = _run_local(todo, sweep.name, results_dir, folder, parallel, slurm or {}, log)
@@ -114,7 +115,7 @@ def _run_local(todo, sweep, results_dir, folder, parallel, params, log) -> list[
             while queue and may_start(queue[0], list(running.values()), parallel):
                 run = queue.pop(0)
                 threads = params.get("threads") or (cores if run.alone else max(1, cores // parallel))
-                job = ex.submit(RunJob(run, sweep, results_dir, "local", threads))
+                job = ex.submit(RunJob(run, sweep, results_dir, "local", threads, params.get("log")))
                 running[job] = run
                 record_submissions(results_dir, sweep, {run.run_id: ledger_entry("local", job)})
                 started = True

@@ -65,7 +65,7 @@ def submit_slurm(todo, sweep, results_dir, folder, opts: dict) -> list:
     ex.update_parameters(**slurm_parameters(sweep, opts))
     try:
         with ex.batch():
-            jobs = [ex.submit(RunJob(run, sweep, results_dir, "slurm", opts.get("threads")))
+            jobs = [ex.submit(RunJob(run, sweep, results_dir, "slurm", opts.get("threads"), opts.get("log")))
                     for run in todo]
     except (subprocess.CalledProcessError, submitit.core.utils.FailedJobError) as err:
         for path in sorted(set(folder.rglob("*")) - before, reverse=True):  # files before folders

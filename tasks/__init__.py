@@ -21,6 +21,7 @@ _REGISTRY = {
     "scaling": ("benchmarks.scaling", "ScalingConfig"),
     "decode": ("benchmarks.decode", "DecodeConfig"),
     "wikitext2": ("wikitext2", "WikiText2Config"),
+    "corpus": ("corpus", "CorpusConfig"),
     "snli": ("snli.task", "SNLIConfig"),
     "mad": ("mad.task", "MADConfig"),
 }

@@ -19,7 +19,6 @@ test perplexity is measured with the weights of the best validation evaluation.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,14 +29,12 @@ import torch.nn.functional as F
 import zoo
 from zoo.config import StrictConfig, check_bounds, check_choice
 
-from zoo.flops import flops
 
 from .engine.cli import add_run_arguments, run_from_cli
-from .engine.data import epoch_indices, load_wikitext2, unigram_perplexity, wikitext2_text
-from .engine.losses import lm_loss
-from .engine.runs import (checkpoint_path, load_weights, model_metadata, refuse_non_causal, run_fields,
-                          save_weights, score_best)
-from .engine.train import TrainConfig, train
+from .engine.data import load_wikitext2, unigram_perplexity, wikitext2_text
+from .engine.lm import Chunks, fit_lm
+from .engine.runs import load_weights, refuse_non_causal
+from .engine.train import TrainConfig
 from .published import published_rows
 
 # Presets as data. "tiny" and "cpu-2L" are not the paper's: the paper's block at a
@@ -133,44 +130,6 @@ def preset_config(preset: str = "paper-6L", mixer: str = "attention", **fields) 
     return base.replace(**fields)
 
 
-class Chunks:
-    """Contiguous (input, target) chunks of L tokens of one stream: chunk i holds
-    tokens [iL, iL + L) and their successors."""
-
-    def __init__(self, ids: torch.Tensor, seq_len: int, max_tokens: int | None = None):
-        n = (len(ids) - 1) // seq_len
-        if max_tokens is not None:
-            n = min(n, math.ceil(max_tokens / seq_len))
-        if n < 1:
-            raise ValueError(f"a stream of {len(ids)} tokens has no chunk of {seq_len}")
-        self.ids, self.L, self.n = ids, seq_len, n
-
-    def get(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        pos = idx[:, None] * self.L + torch.arange(self.L + 1)  # (B, L+1)
-        x = self.ids[pos].long()
-        return x[:, :-1], x[:, 1:]
-
-
-def train_batches(chunks: Chunks, batch_size: int, seed: int):
-    """``batch_fn(step)``: batch ``step`` of an endless run of epochs over the chunks, each
-    a fresh seeded order (``epoch_indices``)."""
-    pick = epoch_indices(chunks.n, batch_size, seed)
-    return lambda step: chunks.get(pick(step))
-
-
-@torch.no_grad()
-def perplexity(model, chunks: Chunks, batch_size: int) -> float:
-    """exp of the mean next-token loss over every scored token of the chunks."""
-    device = next(model.parameters()).device
-    total, count = 0.0, 0
-    for start in range(0, chunks.n, batch_size):
-        x, y = chunks.get(torch.arange(start, min(start + batch_size, chunks.n)))
-        logits = model(x.to(device))  # (B, L, V)
-        total += F.cross_entropy(logits.flatten(0, 1).float(), y.to(device).flatten(), reduction="sum").item()
-        count += y.numel()
-    return math.exp(total / count)
-
-
 @torch.no_grad()
 def position_losses(model: zoo.LM, ids: torch.Tensor, piece: int) -> torch.Tensor:
     """Next-token losses (B, T - 1) of sequences ids (B, T), the model reading them through
@@ -210,54 +169,23 @@ def run(cfg: WikiText2Config, workdir: Path | None = None, progress: bool = True
     mcfg = cfg.model.replace(vocab_size=corpus["vocab_size"])
     model = zoo.build_model(mcfg, seed=cfg.seed)
     refuse_non_causal(model, "wikitext2")
-
+    fit = fit_lm(model, corpus, cfg.seq_len, cfg.train, cfg.seed, cfg.budget_tokens, cfg.epochs,
+                 cfg.eval_every_tokens, cfg.eval_tokens, workdir, progress, f"wikitext2 {mcfg.mixer}")
     L, B = cfg.seq_len, cfg.train.batch_size
-    train_chunks = Chunks(corpus["train"], L)
-    valid, test = (Chunks(corpus[s], L, cfg.eval_tokens) for s in ("valid", "test"))
-    tokens_per_step = B * L
-    steps_per_epoch = math.ceil(train_chunks.n / B)
-    budget = cfg.budget_tokens or cfg.epochs * train_chunks.n * L
-    steps = max(1, math.ceil(budget / tokens_per_step))
-    every = math.ceil(cfg.eval_every_tokens / tokens_per_step) if cfg.eval_every_tokens else steps_per_epoch
-    # A short run of a long preset keeps its shape: warm-up is capped at a tenth of the run.
-    tcfg = cfg.train.replace(steps=steps, eval_every=min(every, steps),
-                             warmup_steps=min(cfg.train.warmup_steps, max(1, steps // 10)))
-
-    torch.manual_seed(cfg.seed)  # dropout: a rerun of the same config is the same run
-    result = train(model, tcfg, train_batches(train_chunks, B, cfg.seed),
-                   loss_fn=lm_loss,
-                   eval_fn=lambda m: {"val_ppl": perplexity(m, valid, B)}, metric="val_ppl",
-                   checkpoint=checkpoint_path(workdir), progress=progress, tokens_per_step=tokens_per_step,
-                   desc=f"wikitext2 {mcfg.mixer}")
-    test_ppl = score_best(model, result, tcfg, lambda m: perplexity(m, test, B))
     extrapolation = {}
-    if result.best_state is not None:
-        save_weights(workdir, model)  # the best weights, which score_best has loaded
-        if cfg.extrapolate:
-            extrapolation = {"ppl_by_position": ppl_by_position(model, corpus["valid"], L, cfg.extrapolate,
-                                                                cfg.eval_tokens, B)}
-    scored = valid.n * L  # the unigram bar is measured on the same validation tokens
-    cost = flops(model, B, L)  # the training step's estimate, for curves at equal compute
+    if fit.result.best_state is not None and cfg.extrapolate:  # with the best weights fit_lm loaded
+        extrapolation = {"ppl_by_position": ppl_by_position(model, corpus["valid"], L, cfg.extrapolate,
+                                                            cfg.eval_tokens, B)}
+    scored = fit.record["val_tokens_scored"]  # the unigram bar is measured on the same validation tokens
     return {
         "task": "wikitext2", "preset": cfg.preset,
         "setting": f"{mcfg.n_layers}L/{L}",  # as the published rows name theirs: layers/context
-        "mixer": mcfg.name, "layout": mcfg.layout,
-        "mixer_options": json.dumps(mcfg.mixer_options, sort_keys=True),
-        "d_model": mcfg.d_model, "n_layers": mcfg.n_layers, **run_fields(result, tcfg, cfg.seed),
+        **fit.record,
         "variant": cfg.variant, "data_source": corpus["data_source"], "tokenizer": corpus["tokenizer"],
-        "vocab_size": corpus["vocab_size"], "seq_len": L, "batch_size": B,
-        "train_tokens": len(corpus["train"]), "budget_tokens": cfg.budget_tokens,
-        "warmup_steps": tcfg.warmup_steps,
-        "tokens_seen": result.steps * tokens_per_step, "epochs_seen": result.steps / steps_per_epoch,
-        "val_tokens_scored": scored, "test_tokens_scored": test.n * L,
-        "eval_steps": [h["step"] for h in result.history],
-        "val_ppl_history": [h.get("val_ppl") for h in result.history],
-        "train_loss_history": [h.get("train_loss") for h in result.history],
-        "train_flops_per_token": cost["fwd_bwd"] / (B * L) if cost else None,
-        "best_val_ppl": result.best, "test_ppl": test_ppl, "final_train_loss": result.final_loss,
+        "vocab_size": corpus["vocab_size"],
         "unigram_val_ppl": unigram_perplexity(corpus["train"], corpus["valid"][: scored + 1][1:],
                                               corpus["vocab_size"]),
-        **model_metadata(model, L), **extrapolation,
+        **extrapolation,
     }
 
 

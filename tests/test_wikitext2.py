@@ -16,8 +16,8 @@ from tasks import TASKS
 from tasks.engine import data
 from tasks.engine.train import TrainConfig
 from tasks.published import published_rows
-from tasks.wikitext2 import (Chunks, WikiText2Config, beside_published, paper_model_config, preset_config,
-                             run, train_batches)
+from tasks.engine.lm import Chunks, train_batches
+from tasks.wikitext2 import WikiText2Config, beside_published, paper_model_config, preset_config, run
 
 DATA = Path(os.environ.get("LINBENCH_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
 needs_data = pytest.mark.skipif(not (DATA / "wikitext-2" / "train.txt").is_file(),
@@ -276,7 +276,8 @@ configs = [RunConfig("wikitext2", WikiText2Config(preset="tiny", data_dir={str(D
 
 @pytest.mark.parametrize("mixer", ["attention", "gated_deltanet", "grassmann"])
 def test_streamed_losses_equal_the_forward_and_factor_1_is_the_perplexity(mixer):
-    from tasks.wikitext2 import perplexity, position_losses, ppl_by_position
+    from tasks.engine.lm import perplexity
+    from tasks.wikitext2 import position_losses, ppl_by_position
     options = {"attention": {"n_heads": 2, "rotary": 16}, "grassmann": {"r": 4, "offsets": (1, 3)}}.get(mixer, {})
     cfg = zoo.ModelConfig(vocab_size=50, d_model=32, n_layers=2, mixer=mixer, mixer_options=options, positions="none")
     model = zoo.build_model(cfg, seed=0).double().eval()

@@ -10,6 +10,7 @@ an uninterrupted one would and ends with the same loss.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -26,7 +27,7 @@ from tqdm.auto import tqdm
 
 from zoo.config import StrictConfig, check_bounds, check_choice
 
-from . import parallel
+from . import parallel, tracking
 from .progress import PROGRESS_FILE, Heartbeat
 
 
@@ -275,6 +276,7 @@ def train(model: nn.Module, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
     beats = Heartbeat(res, cfg.steps, ckpt.with_name(PROGRESS_FILE) if ckpt and w.main else None, cfg.log_every_s,
                       tokens_per_step, metric, lines=w.main and (not progress or not sys.stderr.isatty()))
     last_save = time.monotonic()
+    t_step = time.perf_counter()
     with _SignalFlag() as flag, beats:
         while res.steps < cfg.steps and not res.stopped_early:
             step = res.steps
@@ -284,10 +286,20 @@ def train(model: nn.Module, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
                 res.status, res.final_loss = "diverged", loss
                 break
             res.steps, res.final_loss = step + 1, loss
+            if w.main:
+                now = time.perf_counter()
+                tracking.log(res.steps, {"train/loss": loss, "train/lr": cfg.lr_at(step),
+                                         "train/tokens_per_s": (tokens_per_step or 0) / max(now - t_step, 1e-9)})
+                t_step = now
             bar.update(1)
             bar.set_postfix(loss=f"{res.final_loss:.4f}", refresh=False)
             if res.steps % cfg.eval_every == 0 or res.steps == cfg.steps:
                 value = _evaluate(model, res, eval_fn, metric, better, autocast, device)
+                if w.main:
+                    tracking.log(res.steps, {f"eval/{k}": v for k, v in res.history[-1].items() if k != "step"})
+                    if hasattr(model, "backends"):
+                        tracking.text("backends", json.dumps(model.backends()), res.steps)
+                    tracking.flush()
                 res.stopped_early = cfg.target is not None and value is not None and not better(cfg.target, value)
                 if res.best is not None:
                     bar.set_postfix(loss=f"{res.final_loss:.4f}", best=f"{res.best:.4g}")
@@ -304,6 +316,7 @@ def train(model: nn.Module, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
                 last_save = time.monotonic()
             if beats.due():
                 beats.beat()
+                tracking.flush()
             if caught:
                 res.status = "interrupted"  # stays so only if the signal is ignored
                 beats.finish("interrupted")
