@@ -26,18 +26,17 @@ import json
 import shlex
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 import zoo
-from zoo.config import StrictConfig, check_bounds, check_choice
-from zoo.mixers import check_mixer
+from zoo.config import check_bounds
 
 from ..engine.cli import emit_points, format_table, parse_mixers
 from ..engine.runs import environment
-from .scaling import build, module_backend
+from .scaling import MixerBench, build, module_backend
 from .timing import measure, run_point
 
 CPU_CONTEXTS = (0, 1024, 2048, 4096, 8192, 16384)
@@ -45,62 +44,28 @@ CUDA_CONTEXTS = (*CPU_CONTEXTS, 32768, 65536)
 
 
 @dataclass
-class DecodeConfig(StrictConfig):
-    seed: int = 0
-    mixer: str = "attention"
-    mixer_options: dict = field(default_factory=dict)
-    label: str = ""  # the name in tables and CSV; default "mixer[:option=value...]"
-    d_model: int = 256
-    scope: str = "mixer"  # "mixer" alone, or "lm": a whole LM of n_layers blocks + head
-    n_layers: int = 2  # scope="lm" only
-    vocab_size: int = 8192  # scope="lm" only
+class DecodeConfig(MixerBench):
     batch: int = 1
     contexts: tuple | None = None  # None: CPU_CONTEXTS on a CPU, CUDA_CONTEXTS on CUDA
     new_tokens: int = 64  # timed decode steps per point
     warmup: int = 8  # untimed decode steps first (they extend the context too)
-    device: str = "auto"
-    dtype: str = "auto"  # "auto": bfloat16 on CUDA, float32 on CPU
     time_limit_s: float = 300.0  # per point, start-up excluded
-    mem_cap_mb: float | None = None  # per point, on top of the runtime's own footprint
-    isolate: bool = True  # each point in a fresh child process (needed for CPU memory)
-    stop_after_failure: bool = True  # after oom/timeout at c, longer contexts are "skipped"
     bandwidth_mb: int = 512  # the matrix that measures the read bandwidth
 
     def __post_init__(self):
+        super().__post_init__()
         own = "DecodeConfig"
-        check_mixer(own, "mixer", self.mixer)
-        check_choice(own, "scope", self.scope, ("mixer", "lm"))
-        check_choice(own, "device", self.device, ("auto", "cpu", "cuda"))
-        check_choice(own, "dtype", self.dtype, ("auto", "float32", "bfloat16", "float16"))
-        check_bounds(self, "d_model", "batch", "new_tokens", "n_layers", "vocab_size", "mem_cap_mb",
-                     "bandwidth_mb", gt=0)
-        check_bounds(self, "seed", "warmup", "time_limit_s", ge=0)
+        check_bounds(self, "batch", "new_tokens", "bandwidth_mb", gt=0)
         if self.contexts is not None and (not self.contexts or any(
                 not isinstance(c, int) or isinstance(c, bool) or c < 0 for c in self.contexts)):
             raise ValueError(f"{own}: contexts={self.contexts!r} must be whole numbers >= 0 (or None)")
-        with torch.device("meta"):  # refuse bad options now, not in a child process later
-            m = zoo.build_mixer(self.mixer, self.d_model, **self.mixer_options)
-        if not m.has_step_form():
+        if not zoo.mixer_class(self.mixer).has_step_form():
             raise ValueError(f"{own}: mixer {self.mixer!r} has no step (decode) form")
-
-    # the same device, dtype and naming rules as the scaling benchmark's
-    def resolve_device(self) -> torch.device:
-        if self.device == "auto":
-            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        return torch.device(self.device)
-
-    def resolve_dtype(self) -> torch.dtype:
-        if self.dtype == "auto":
-            return torch.bfloat16 if self.resolve_device().type == "cuda" else torch.float32
-        return getattr(torch, self.dtype)
 
     def context_list(self) -> list[int]:
         if self.contexts is not None:
             return sorted(self.contexts)
         return list(CUDA_CONTEXTS if self.resolve_device().type == "cuda" else CPU_CONTEXTS)
-
-    def name(self) -> str:
-        return self.label or ":".join([self.mixer, *(f"{k}={v}" for k, v in self.mixer_options.items())])
 
 
 def state_bytes(state) -> int:

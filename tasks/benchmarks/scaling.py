@@ -37,7 +37,10 @@ PASSES = ("fwd", "fwd_bwd")
 
 
 @dataclass
-class ScalingConfig(StrictConfig):
+class MixerBench(StrictConfig):
+    """What a benchmark of one mixer at a list of points shares (scaling, decode): the
+    mixer alone or in a whole LM, where and in what dtype it runs, and how each point
+    is isolated and bounded. A benchmark config derives from it with its own points."""
     seed: int = 0
     mixer: str = "attention"
     mixer_options: dict = field(default_factory=dict)
@@ -46,32 +49,22 @@ class ScalingConfig(StrictConfig):
     scope: str = "mixer"  # "mixer" alone, or "lm": a whole LM of n_layers blocks + head
     n_layers: int = 2  # scope="lm" only
     vocab_size: int = 8192  # scope="lm" only
-    min_len: int = 256
-    max_len: int | None = None  # None: 16384 on CUDA, 4096 on CPU
-    tokens: int = 16384  # per batch: batch = max(1, tokens // L)
-    passes: tuple = PASSES
     device: str = "auto"
     dtype: str = "auto"  # "auto": bfloat16 on CUDA, float32 on CPU
     warmup: int = 2
-    repeats: int = 10
-    time_limit_s: float = 600.0  # per point (both passes), start-up excluded
+    time_limit_s: float = 600.0  # per point, start-up excluded
     mem_cap_mb: float | None = None  # per point, on top of the runtime's own footprint
     isolate: bool = True  # each point in a fresh child process (needed for CPU memory)
-    stop_after_failure: bool = True  # after oom/timeout at L, longer L are "skipped"
+    stop_after_failure: bool = True  # after oom/timeout at a point, the larger ones are "skipped"
 
     def __post_init__(self):
-        own = "ScalingConfig"
+        own = type(self).__name__
         check_mixer(own, "mixer", self.mixer)
         check_choice(own, "scope", self.scope, ("mixer", "lm"))
         check_choice(own, "device", self.device, ("auto", "cpu", "cuda"))
         check_choice(own, "dtype", self.dtype, ("auto", "float32", "bfloat16", "float16"))
-        for p in self.passes:
-            check_choice(own, "passes", p, PASSES)
-        check_bounds(self, "d_model", "min_len", "tokens", "repeats", "n_layers", "vocab_size",
-                     "mem_cap_mb", gt=0)
+        check_bounds(self, "d_model", "n_layers", "vocab_size", "mem_cap_mb", gt=0)
         check_bounds(self, "seed", "warmup", "time_limit_s", ge=0)  # a 0 s limit: every point times out
-        if self.max_len is not None and self.max_len < self.min_len:
-            raise ValueError(f"{own}: max_len={self.max_len} < min_len={self.min_len}")
         with torch.device("meta"):  # refuse bad options now, not in a child process later
             zoo.build_mixer(self.mixer, self.d_model, **self.mixer_options)
 
@@ -85,6 +78,26 @@ class ScalingConfig(StrictConfig):
             return torch.bfloat16 if self.resolve_device().type == "cuda" else torch.float32
         return getattr(torch, self.dtype)
 
+    def name(self) -> str:
+        return self.label or ":".join([self.mixer, *(f"{k}={v}" for k, v in self.mixer_options.items())])
+
+
+@dataclass
+class ScalingConfig(MixerBench):
+    min_len: int = 256
+    max_len: int | None = None  # None: 16384 on CUDA, 4096 on CPU
+    tokens: int = 16384  # per batch: batch = max(1, tokens // L)
+    passes: tuple = PASSES
+    repeats: int = 10
+
+    def __post_init__(self):
+        super().__post_init__()
+        for p in self.passes:
+            check_choice("ScalingConfig", "passes", p, PASSES)
+        check_bounds(self, "min_len", "tokens", "repeats", gt=0)
+        if self.max_len is not None and self.max_len < self.min_len:
+            raise ValueError(f"ScalingConfig: max_len={self.max_len} < min_len={self.min_len}")
+
     def lengths(self) -> list[int]:
         top = self.max_len or (16384 if self.resolve_device().type == "cuda" else 4096)
         out, L = [], self.min_len
@@ -92,9 +105,6 @@ class ScalingConfig(StrictConfig):
             out.append(L)
             L *= 2
         return out
-
-    def name(self) -> str:
-        return self.label or ":".join([self.mixer, *(f"{k}={v}" for k, v in self.mixer_options.items())])
 
 
 def build(cfg: ScalingConfig, seq_len: int) -> nn.Module:
