@@ -14,7 +14,8 @@ FLOPs per token.
 The gap between attention and Grassmann is read at each model's own best learning rate:
 both run the bracket LRS at seed 0, then SEEDS at their BEST_LR (the bracket's lowest
 validation perplexity; set here once the bracket has run, so a sitting that stops early
-still holds a comparison at 1e-3). Two one-seed controls show how much the gap depends
+still holds a comparison at 1e-3). A model whose best rate is the bracket's edge gets the
+next rate beyond it (EDGE: Grassmann was best at 2e-3, so it also runs 4e-3). Two one-seed controls show how much the gap depends
 on reading the paper: the ``gated_residual`` mixing (h + a*g) and the blend in a pre-LN
 block. The sliding window and Mamba-2 run once, at 1e-3.
 
@@ -28,7 +29,8 @@ from tasks.wikitext2 import paper_model_config, preset_config
 EPOCHS = 2
 EVAL_EVERY = 620_000  # tokens: about a quarter of the 2.47M-piece training split
 LRS = (5e-4, 1e-3, 2e-3)
-BEST_LR = {"attention": 1e-3, "grassmann": 1e-3}
+EDGE = {"grassmann": (4e-3,)}
+BEST_LR = {"attention": 1e-3, "grassmann": 2e-3}
 SEEDS = (0, 1, 2)
 GRASSMANN = {"impl": "factored"}
 PEERS = {"grassmann": ("grassmann", GRASSMANN),
@@ -53,6 +55,7 @@ def config(label: str, seed: int, lr: float) -> RunConfig:
 # first, then the seeds at the best rates, the reading controls, the other mixers.
 MAIN = ("grassmann", "attention")
 configs = [config(label, 0, lr) for lr in sorted(LRS, key=lambda x: x != 1e-3) for label in MAIN]
+configs += [config(label, 0, lr) for label, rates in EDGE.items() for lr in rates]
 configs += [config(label, seed, BEST_LR[label]) for seed in SEEDS[1:] for label in MAIN]
 configs += [config(label, 0, BEST_LR["grassmann"]) for label in ("grassmann gated_residual", "grassmann pre-LN")]
 configs += [config(label, 0, 1e-3) for label in ("sliding_window", "mamba2")]
