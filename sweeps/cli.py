@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -49,6 +50,19 @@ def _minutes(text: str) -> int:
     return int(days or 0) * 1440 + h * 60 + m + (s > 0)
 
 
+def _positive(kind):
+    """An argparse type: a number of ``kind`` above 0, refused here (not by sbatch later)."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{text} must be > 0")
+        return value
+    return parse
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="linbench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -63,9 +77,9 @@ def parser() -> argparse.ArgumentParser:
     run = verb("run", "run every config that has no 'ok' record yet")
     run.add_argument("--executor", choices=["local", "slurm", "debug"], default="local",
                      help="local: subprocesses on this machine; slurm: a job array; debug: in-process")
-    run.add_argument("--parallel", type=int, default=1, help="local: runs at the same time (default 1)")
+    run.add_argument("--parallel", type=_positive(int), default=1, help="local: runs at the same time (default 1)")
     run.add_argument("--dry-run", action="store_true", help="validate and list what would run, run nothing")
-    run.add_argument("--threads", type=int, help="torch threads per run (default: the cores it is "
+    run.add_argument("--threads", type=_positive(int), help="torch threads per run (default: the cores it is "
                      "given: --cpus-per-task on Slurm, cores / --parallel locally); recorded")
     run.add_argument("--only", action="append", metavar="LABEL", help="run only the runs of this label "
                      "(or run id, or its first characters); repeatable, e.g. the baseline first")
@@ -73,22 +87,22 @@ def parser() -> argparse.ArgumentParser:
                      help="run diverged runs again (by default a diverged run is final)")
     s = run.add_argument_group("slurm")
     s.add_argument("--partition")
-    s.add_argument("--gpus", type=int, help="GPUs per node of a job")
+    s.add_argument("--gpus", type=_positive(int), help="GPUs per node of a job")
     run.add_argument("--log", choices=["tensorboard", "wandb"],
                      help="live curves of every run (loss, lr, tokens/s, validation, backends) under "
                           "RESULTS_DIR/SWEEP/logs/; needs that package")
-    run.add_argument("--tasks-per-node", type=int, metavar="N",
+    run.add_argument("--tasks-per-node", type=_positive(int), metavar="N",
                      help="processes per run and node (one per GPU): one run trained by DDP or FSDP2 "
                           "(the config's train.strategy) on N x NODES processes; local and slurm")
-    s.add_argument("--nodes", type=int, help="nodes per run (with --tasks-per-node)")
-    s.add_argument("--cpus-per-task", type=int)
-    s.add_argument("--mem-gb", type=float, help="memory per job in GB (whole megabytes are sent)")
-    s.add_argument("--signal-lead", type=int, dest="signal_lead_s", metavar="SECONDS",
+    s.add_argument("--nodes", type=_positive(int), help="nodes per run (with --tasks-per-node)")
+    s.add_argument("--cpus-per-task", type=_positive(int))
+    s.add_argument("--mem-gb", type=_positive(float), help="memory per job in GB (whole megabytes are sent)")
+    s.add_argument("--signal-lead", type=_positive(int), dest="signal_lead_s", metavar="SECONDS",
                    help="send USR1 (checkpoint and requeue) this long before the time limit "
                         "(default: a tenth of --time, 15 s to 5 min)")
     s.add_argument("--time", type=_minutes, help="limit per job: minutes or [D-]HH:MM[:SS] (default 120); "
                    "a job that reaches it checkpoints and is requeued")
-    s.add_argument("--array-parallelism", type=int, help="array tasks running at once (default 256)")
+    s.add_argument("--array-parallelism", type=_positive(int), help="array tasks running at once (default 256)")
     s.add_argument("--max-timeouts", type=int, default=3, help="requeues after time-outs before giving up")
     s.add_argument("--account")
     s.add_argument("--qos")
@@ -326,6 +340,11 @@ def main(argv=None) -> int:
     except SweepError as exc:
         print(f"linbench: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # `linbench status smoke | head`: the reader has all it wanted. Point stdout at
+        # /dev/null so that the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # as a shell reports a command killed by SIGPIPE
 
 
 if __name__ == "__main__":

@@ -12,14 +12,17 @@ from .spec import SweepError, canonical
 
 
 def distinguishing(runs) -> dict[str, str]:
-    """{run_id: "seed=1 train.lr=0.001"}: the config fields whose values differ between
-    runs of the same label, so a dry-run list tells them apart."""
+    """{run_id: "model.d_model=72 seed=1 train.lr=0.001"}: the config fields whose values
+    differ between the runs of one task, so a dry-run list tells them apart (runs of other
+    tasks have other fields; the mixer's name is the label's to say)."""
     out = {}
-    for name in dict.fromkeys(run.name for run in runs):
-        flat = {run.run_id: _flatten(canonical(run.config)) for run in runs if run.name == name}
+    for task in dict.fromkeys(run.task for run in runs):
+        flat = {run.run_id: {k: v for k, v in _flatten(canonical(run.config)).items() if k not in ("model.mixer", "mixer")}
+                for run in runs if run.task == task}
         keys = sorted({k for f in flat.values() for k in f})
         varying = [k for k in keys if len({repr(f.get(k)) for f in flat.values()}) > 1]
-        out.update({rid: " ".join(f"{k}={f.get(k)}" for k in varying) for rid, f in flat.items()})
+        # a field this run does not set (None, or an option of another mixer) says nothing
+        out.update({rid: " ".join(f"{k}={f[k]}" for k in varying if f.get(k) is not None) for rid, f in flat.items()})
     return out
 
 

@@ -119,3 +119,25 @@ configs.append(RunConfig("mqar", {"seed": 5, "train": {"steps": 20, "betas": [0.
     assert [r.label for r in sweep.runs] == ["s0", "s1", "dict"]
     assert all(isinstance(r.config, MQARConfig) for r in sweep.runs)
     assert sweep.runs[2].config.train.betas == (0.9, 0.99)
+
+
+def test_every_bad_field_of_a_config_is_named_at_once():
+    with pytest.raises(ValueError) as err:
+        TrainConfig(lr=math.nan, warmup_steps=-5)
+    assert str(err.value) == "TrainConfig: lr=nan must be finite; warmup_steps=-5 must be >= 0"
+    # a wrong type, a bad choice and a bound, one reason per field
+    with pytest.raises(ValueError) as err:
+        TrainConfig(steps="3", batch_size=0, precision="x")
+    assert str(err.value) == ("TrainConfig: steps='3' must be an int; precision='x' is not valid; choose one of "
+                              "['auto', 'fp32', 'bf16']; batch_size=0 must be > 0")
+    with pytest.raises(ValueError, match="num_kv_pairs=-2 must be > 0"):
+        MQARConfig(num_kv_pairs=-2)
+
+
+def test_cli_numbers_are_refused_before_sbatch(capsys):
+    from sweeps.cli import main
+    for flag, value in (("--mem-gb", "-1"), ("--gpus", "0"), ("--tasks-per-node", "0"), ("--cpus-per-task", "x")):
+        with pytest.raises(SystemExit) as exit_:
+            main(["run", "smoke", "--executor", "slurm", flag, value])
+        assert exit_.value.code == 2
+        assert f"argument {flag}:" in capsys.readouterr().err

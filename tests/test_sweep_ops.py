@@ -48,6 +48,15 @@ def test_dry_run_lists_what_tells_runs_apart(tmp_path, capsys):
     assert cli(["run", str(path), "--dry-run", "--results-dir", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "seed=0 train.lr=0.01" in lines[0] and "seed=1 train.lr=0.02" in lines[1]
+    # one label over two tasks: each run shows what differs within its task, no field of
+    # the other task's config and no unset (None) field
+    path = sweep_file(tmp_path, 'RunConfig("toy", {"seed": 0, "train": train}, "both")',
+                      'RunConfig("toy", {"seed": 1, "train": train}, "both")',
+                      'RunConfig("scaling", {"mixer": "retnet", "d_model": 32, "device": "cpu"}, "both")',
+                      'RunConfig("scaling", {"mixer": "retnet", "d_model": 64, "device": "cpu"}, "both")')
+    assert cli(["run", str(path), "--dry-run", "--results-dir", str(tmp_path)]) == 0
+    lines = [line.split("both", 1)[1].strip() for line in capsys.readouterr().out.splitlines()[:4]]
+    assert lines == ["seed=0", "seed=1", "d_model=32", "d_model=64"]
 
 
 def test_a_diverged_run_is_final_and_a_rerun_exits_0_submitting_nothing(tmp_path, capsys):

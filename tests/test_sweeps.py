@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -298,3 +299,19 @@ def test_shipped_sweeps_validate(name):
     sweep = load_sweep(name)
     assert len(sweep) and all(run.task in tasks.TASKS for run in sweep.runs)
     assert len({run.run_id for run in sweep.runs}) == len(sweep)
+
+
+def test_output_into_a_closed_pipe_ends_quietly(tmp_path, capsys, monkeypatch):
+    # `linbench status smoke | head`: head leaves, the next write fails with EPIPE; the
+    # command ends with 141 (a shell's SIGPIPE status) and no traceback
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    closed = os.fdopen(write_end, "w", buffering=1)
+    monkeypatch.setattr(sys, "stdout", closed)
+    try:
+        rc = cli(["status", "smoke", "--results-dir", str(tmp_path)])
+    finally:
+        monkeypatch.undo()
+    assert rc == 141
+    closed.write("x\n")  # stdout now goes to /dev/null: a last flush cannot fail
+    closed.close()

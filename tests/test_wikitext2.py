@@ -219,15 +219,16 @@ def test_concurrent_cache_misses_build_once_and_share_the_result(tmp_path):
 
 def test_the_6_layer_sweep_reads_each_model_at_its_best_lr():
     """sweeps/shipped/wikitext2_6L_cpu.py: attention and Grassmann each over the bracket at seed 0
-    and 3 seeds at their best rate, the two reading controls at Grassmann's, every model
-    matched to attention; the kept seed-0 runs of the window and Mamba-2 at 1e-3."""
+    (and the next rate beyond its edge for a model best there) and 3 seeds at their best
+    rate, the two reading controls at Grassmann's, every model matched to attention; the
+    kept seed-0 runs of the window and Mamba-2 at 1e-3."""
     from sweeps.spec import load_sweep
 
     sweep = load_sweep("wikitext2_6L_cpu")
     module = __import__("linbench_sweep_wikitext2_6L_cpu")
     runs = {(r.label, r.config.seed, r.config.train.lr): r.config for r in sweep.runs}
     for label in ("attention", "grassmann"):
-        assert {lr for (l, seed, lr) in runs if l == label and seed == 0} == set(module.LRS)
+        assert {lr for (l, seed, lr) in runs if l == label and seed == 0} == {*module.LRS, *module.EDGE.get(label, ())}
         assert {seed for (l, seed, lr) in runs if l == label and lr == module.BEST_LR[label]} == {0, 1, 2}
     for label, check in (("grassmann gated_residual", lambda m: m.mixer_options["mixing"] == "gated_residual"),
                          ("grassmann pre-LN", lambda m: m.block == "prenorm")):
@@ -236,7 +237,7 @@ def test_the_6_layer_sweep_reads_each_model_at_its_best_lr():
     params = {zoo.config_params(c.model.replace(vocab_size=8192)) - 8192 * c.model.d_model - 128 * c.model.d_model
               for c in runs.values()}
     assert max(params) / min(params) < 1.04  # each within 2 % of attention's
-    assert len(sweep.runs) == 14
+    assert len(sweep.runs) == 14 + sum(len(rates) for rates in module.EDGE.values())
 
 
 @needs_data

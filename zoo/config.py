@@ -18,6 +18,7 @@ import contextlib
 import contextvars
 import dataclasses
 import math
+import re
 import types
 import typing
 
@@ -30,13 +31,60 @@ class _StrictMeta(type):
         def build():
             _reject_unknown(cls, kwargs)
             names = [f.name for f in dataclasses.fields(cls) if f.init]
+            problems: list[str] = []  # every bad field, named at once
+
+            def checked(name, value):
+                try:
+                    return _checked(cls, name, value)
+                except ValueError as exc:
+                    problems.append(_reason(cls, exc))
+                    return value  # as given: the value checks below may name more fields
+
             # positional values are checked by the name they bind to; extra ones are
             # left for the dataclass to refuse
-            checked_args = [_checked(cls, name, value) for name, value in zip(names, args)] + list(args[len(names):])
-            checked_kwargs = {name: _checked(cls, name, value) for name, value in kwargs.items()}
-            return type.__call__(cls, *checked_args, **checked_kwargs)
+            checked_args = [checked(name, value) for name, value in zip(names, args)] + list(args[len(names):])
+            checked_kwargs = {name: checked(name, value) for name, value in kwargs.items()}
+            token = _problems.set([])
+            try:
+                config = type.__call__(cls, *checked_args, **checked_kwargs)
+            except Exception:
+                if not (problems or _problems.get()):
+                    raise
+                config = None  # a check already said what is wrong; what failed after it follows from it
+            finally:
+                found = _problems.get()
+                _problems.reset(token)
+            problems = _one_per_field(problems + found)
+            if problems:
+                raise ValueError(f"{cls.__name__}: {'; '.join(problems)}")
+            return config
 
         return _guarded(cls, build)
+
+
+# Inside a config's construction, the value checks collect what they find here instead of
+# raising at the first, so that one error names every bad field.
+_problems: contextvars.ContextVar[list | None] = contextvars.ContextVar("linbench_problems", default=None)
+
+
+def _problem(owner: str, reason: str) -> None:
+    found = _problems.get()
+    if found is None:
+        raise ValueError(f"{owner}: {reason}")
+    found.append(reason)
+
+
+def _one_per_field(reasons: list[str]) -> list[str]:
+    """The first reason given for each field ("lr=nan must be finite" before "lr=nan must
+    be > 0")."""
+    seen, out = set(), []
+    for reason in reasons:
+        field = re.match(r"[A-Za-z_][\w.]*", reason)
+        key = field.group(0) if field else reason
+        if key not in seen:
+            seen.add(key)
+            out.append(reason)
+    return out
 
 
 def _reject_unknown(cls, keys) -> None:
@@ -194,7 +242,7 @@ def _checked(cls, name: str, value):
 
 def check_choice(owner: str, field: str, value, choices) -> None:
     if value not in choices:
-        raise ValueError(f"{owner}: {field}={value!r} is not valid; choose one of {list(choices)}")
+        _problem(owner, f"{field}={value!r} is not valid; choose one of {list(choices)}")
 
 
 def check_bounds(config, *names: str, gt=None, ge=None, le=None, lt=None) -> None:
@@ -208,5 +256,10 @@ def check_bounds(config, *names: str, gt=None, ge=None, le=None, lt=None) -> Non
         if value is None:
             continue
         for op, bound, holds in tests:
-            if bound is not None and not holds(value, bound):
-                raise ValueError(f"{type(config).__name__}: {name}={value!r} must be {op} {bound}")
+            try:
+                fine = bound is None or holds(value, bound)
+            except TypeError:  # a value of the wrong type: its type check has said so
+                break
+            if not fine:
+                _problem(type(config).__name__, f"{name}={value!r} must be {op} {bound}")
+                break  # one reason per field

@@ -16,7 +16,9 @@ def check_mqar(seq_len: int, num_kv_pairs: int, vocab_size: int) -> None:
         raise ValueError(f"mqar: seq_len={seq_len} must be positive and even (key/query slots are even)")
     if vocab_size <= seq_len:
         raise ValueError(f"mqar: vocab_size={vocab_size} must be larger than seq_len={seq_len}")
-    if num_kv_pairs <= 0 or 4 * num_kv_pairs > seq_len:
+    if num_kv_pairs <= 0:
+        raise ValueError(f"mqar: num_kv_pairs={num_kv_pairs} must be > 0")
+    if 4 * num_kv_pairs > seq_len:
         raise ValueError(f"mqar: num_kv_pairs={num_kv_pairs} needs 4 * num_kv_pairs <= seq_len={seq_len} "
                          f"(2 * kv slots for the pairs, kv even slots for the queries)")
 
