@@ -24,7 +24,7 @@ from results.records import read_record
 from tasks.engine.progress import read_progress
 
 from .jobs import PREEMPT_SIGNAL, RunJob, execute, ledger_entry, log_status
-from .ledger import cancel_requested, in_flight, record_submissions
+from .ledger import cancel_requested, in_flight, read_ledger, record_submissions
 from .slurm import submit_slurm, wait_slurm
 from .spec import RunConfig, Sweep
 
@@ -58,7 +58,9 @@ def launch(sweep: Sweep, results_dir: str | Path = "results", executor: str = "l
         + (f"{len(parts['in_flight'])} in flight (queued or running), " if parts["in_flight"] else "")
         + f"{len(todo)} to run ({executor})")
     summary = {"submitted": len(todo), "skipped": len(sweep) - len(todo), "statuses": {}, "job_ids": []}
-    if not todo:
+    # --wait waits for every selected run: those already in flight on Slurm too
+    flying = _slurm_entries(results_dir, sweep.name, parts["in_flight"]) if executor == "slurm" and wait else []
+    if not todo and not flying:
         return summary
     folder = results_dir / sweep.name / "submitit"
     if executor == "debug":
@@ -69,16 +71,27 @@ def launch(sweep: Sweep, results_dir: str | Path = "results", executor: str = "l
         statuses = _run_local(todo, sweep.name, results_dir, folder, parallel, slurm or {}, log)
     elif executor == "slurm":
         submitted = time.time()
-        jobs = submit_slurm(todo, sweep.name, results_dir, folder, slurm or {})
+        jobs = submit_slurm(todo, sweep.name, results_dir, folder, slurm or {}) if todo else []
         summary["job_ids"] = sorted({j.job_id.split("_")[0] for j in jobs})
-        log(f"submitted {len(jobs)} job(s) as {', '.join(summary['job_ids'])}; logs in {folder}")
+        if jobs:
+            log(f"submitted {len(jobs)} job(s) as {', '.join(summary['job_ids'])}; logs in {folder}")
         if not wait:
             return summary
-        statuses = wait_slurm(todo, sweep.name, results_dir, jobs, since=submitted, log=log)
+        if flying:
+            log(f"waiting for {len(flying)} run(s) already in flight too")
+        new = [(run, job.job_id, str(job.paths.stdout), submitted) for run, job in zip(todo, jobs)]
+        statuses = wait_slurm(new + flying, sweep.name, results_dir, log=log)
     else:
         raise ValueError(f"executor={executor!r} is not valid; choose one of ['local', 'slurm', 'debug']")
     summary["statuses"] = dict(collections.Counter(statuses))
     return summary
+
+
+def _slurm_entries(results_dir, sweep: str, runs) -> list[tuple]:
+    """(run, job id, job log, submitted) of the runs whose ledger entry is a Slurm job."""
+    ledger = read_ledger(results_dir, sweep)
+    return [(run, e["job_id"], e.get("log", ""), e.get("submitted", 0.0)) for run in runs
+            if (e := ledger.get(run.run_id, {})).get("executor") == "slurm" and e.get("job_id")]
 
 
 def may_start(run: RunConfig, running: list, parallel: int) -> bool:

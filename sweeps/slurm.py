@@ -57,22 +57,31 @@ def slurm_parameters(sweep: str, opts: dict) -> dict:
 
 
 def submit_slurm(todo, sweep, results_dir, folder, opts: dict) -> list:
-    """Submit the runs as one job array (a single run as one job). A refusal by sbatch
-    becomes one SweepError quoting it, and leaves no files of this submission behind."""
+    """Submit the runs as one job array (a single run as one job), and the timing runs
+    (``alone``) as another with --exclusive: a latency measured beside another job is no
+    benchmark, and an array shares its options. A refusal by sbatch becomes one SweepError
+    quoting it and leaves no files of the refused array behind (an array queued before it
+    stays queued, in the ledger)."""
     folder.mkdir(parents=True, exist_ok=True)
-    before = set(folder.rglob("*"))
-    ex = submitit.SlurmExecutor(folder, max_num_timeout=opts.get("max_timeouts", 3))
-    ex.update_parameters(**slurm_parameters(sweep, opts))
-    try:
-        with ex.batch():
-            jobs = [ex.submit(RunJob(run, sweep, results_dir, "slurm", opts.get("threads"), opts.get("log")))
-                    for run in todo]
-    except (subprocess.CalledProcessError, submitit.core.utils.FailedJobError) as err:
-        for path in sorted(set(folder.rglob("*")) - before, reverse=True):  # files before folders
-            path.rmdir() if path.is_dir() else path.unlink(missing_ok=True)
-        raise SweepError(f"sbatch refused the submission: {_sbatch_message(err)}") from None
-    record_submissions(results_dir, sweep, {run.run_id: ledger_entry("slurm", job) for run, job in zip(todo, jobs)})
-    return jobs
+    jobs_of = {}
+    for exclusive in (False, True):
+        runs = [run for run in todo if run.alone == exclusive]
+        if not runs:
+            continue
+        before = set(folder.rglob("*"))
+        ex = submitit.SlurmExecutor(folder, max_num_timeout=opts.get("max_timeouts", 3))
+        ex.update_parameters(**slurm_parameters(sweep, opts), **({"exclusive": True} if exclusive else {}))
+        try:
+            with ex.batch():
+                jobs = [ex.submit(RunJob(run, sweep, results_dir, "slurm", opts.get("threads"), opts.get("log")))
+                        for run in runs]
+        except (subprocess.CalledProcessError, submitit.core.utils.FailedJobError) as err:
+            for path in sorted(set(folder.rglob("*")) - before, reverse=True):  # files before folders
+                path.rmdir() if path.is_dir() else path.unlink(missing_ok=True)
+            raise SweepError(f"sbatch refused the submission: {_sbatch_message(err)}") from None
+        record_submissions(results_dir, sweep, {run.run_id: ledger_entry("slurm", job) for run, job in zip(runs, jobs)})
+        jobs_of.update({run.run_id: job for run, job in zip(runs, jobs)})
+    return [jobs_of[run.run_id] for run in todo]
 
 
 def _sbatch_message(err: Exception) -> str:
@@ -84,23 +93,24 @@ def _sbatch_message(err: Exception) -> str:
     return "; ".join(errors or lines[-1:]) or type(err).__name__
 
 
-def wait_slurm(todo, sweep, results_dir, jobs, since: float, poll_s: float = 2.0,
+def wait_slurm(waiting: list[tuple], sweep, results_dir, poll_s: float = 2.0,
                timeout_s: float | None = None, log=print) -> list[str]:
-    """Wait until every submitted run has a record written after ``since`` (its
-    submission) or its job left the queue without writing one."""
+    """Wait for every entry (run, job id, job log, since): until the run has a record
+    written after ``since`` (its submission) or its job left the queue without writing
+    one. The runs submitted now and those already in flight are waited for alike."""
     start = time.time()
-    waiting = dict(zip([run.run_id for run in todo], zip(todo, jobs)))
+    waiting = {run.run_id: entry for entry in waiting for run in entry[:1]}
     statuses = []
     while waiting:
-        states = slurm_states([job.job_id for _, job in waiting.values()])
+        states = slurm_states([job_id for _, job_id, _, _ in waiting.values()])
         queued = None if states is None else set(states)
-        for run_id, (run, job) in list(waiting.items()):
+        for run_id, (run, job_id, job_log, since) in list(waiting.items()):
             path = record_path(results_dir, sweep, run_id)
             fresh = path.exists() and path.stat().st_mtime >= since
-            gone = queued is not None and job.job_id not in queued
+            gone = queued is not None and job_id not in queued
             if fresh or gone:
                 rec = read_record(path) if fresh else None
-                status = rec["status"] if rec else f"no record (job {job.job_id}, log: {job.paths.stdout})"
+                status = rec["status"] if rec else f"no record (job {job_id}, log: {job_log})"
                 statuses.append(log_status(run, status, log))
                 del waiting[run_id]
         if waiting:

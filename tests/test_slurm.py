@@ -223,3 +223,48 @@ def test_a_two_task_job_trains_one_run_to_one_record(tmp_path, capsys):
     assert rec["attempts"] == 1 and rec["provenance"]["executor"] == "slurm"
     task_logs = sorted(logs.glob("**/*_log.out"))
     assert len(task_logs) == 2 and all("[linbench] run" in p.read_text() for p in task_logs)
+
+
+BESIDE = """
+from sweeps import RunConfig
+train = {"steps": 20, "batch_size": 4, "lr": 1e-2, "warmup_steps": 1, "eval_every": 10, "device": "cpu"}
+configs = [RunConfig("toy", {"seed": 20, "step_delay": 0.3, "train": train}, "other"),
+           RunConfig("toy", {"seed": 21, "step_delay": 0.3, "train": train}, "timing", alone=True)]
+"""
+
+
+def test_a_timing_run_never_shares_the_node(tmp_path, capsys):
+    # `alone` (a timing run) goes to Slurm with --exclusive: on this one node it starts
+    # only once the other run's job has left it, and nothing starts beside it
+    path = tmp_path / "beside.py"
+    path.write_text(BESIDE)
+    res = tmp_path / "results"
+    argv = ["run", str(path), "--executor", "slurm", "--results-dir", str(res), "--cpus-per-task", "1",
+            "--time", "10", "--wait"]
+    assert cli(argv) == 0, capsys.readouterr().out
+    scripts = {p.read_text() for p in (res / "beside" / "submitit").glob("**/*submission.sh")}
+    assert sum("--exclusive" in text for text in scripts) == 1 and len(scripts) == 2
+    recs = {r["label"]: r["metrics"] for r in records(res, "beside").values()}
+    spans = sorted((m["t_start"], m["t_end"]) for m in recs.values())
+    assert spans[0][1] <= spans[1][0], spans  # one after the other, never side by side
+
+
+WAITED = """
+from sweeps import RunConfig
+train = {"steps": 30, "batch_size": 4, "lr": 1e-2, "warmup_steps": 1, "eval_every": 10, "device": "cpu"}
+configs = [RunConfig("toy", {"seed": 30, "step_delay": 0.4, "train": train}, "first")]
+"""
+
+
+def test_wait_waits_for_runs_already_in_flight(tmp_path, capsys):
+    path = tmp_path / "waited.py"
+    path.write_text(WAITED)
+    res = tmp_path / "results"
+    argv = ["run", str(path), "--executor", "slurm", "--results-dir", str(res), "--cpus-per-task", "1", "--time", "10"]
+    assert cli(argv) == 0  # submitted, not waited for
+    capsys.readouterr()
+    path.write_text(WAITED.replace('"first")]', '"first"), RunConfig("toy", {"seed": 31, "train": {**train, "steps": 4}}, "second")]'))
+    assert cli([*argv, "--wait"]) == 0  # the new one is short: it ends long before the first
+    out = capsys.readouterr().out
+    assert "1 in flight" in out and "waiting for 1 run(s) already in flight too" in out and "finished: 2 ok" in out
+    assert {r["label"]: r["status"] for r in records(res, "waited").values()} == {"first": "ok", "second": "ok"}
