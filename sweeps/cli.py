@@ -23,6 +23,7 @@ from pathlib import Path
 from results.layout import record_path, workdir_for
 from results.records import load_records, read_record
 from tasks.engine.progress import format_line, read_progress
+from tasks.engine.runs import REPO
 from tasks.published import PUBLISHED
 
 from .launch import FINAL, launch
@@ -71,7 +72,9 @@ def parser() -> argparse.ArgumentParser:
     def verb(name, help):
         sp = verbs.add_parser(name, help=help)
         sp.add_argument("sweep", help="a shipped sweep's name (smoke) or a path to a sweep file (my_sweep.py)")
-        sp.add_argument("--results-dir", default="results", help="records go to RESULTS_DIR/SWEEP/ (default: results)")
+        sp.add_argument("--results-dir", default=None,
+                        help="records go to RESULTS_DIR/SWEEP/ (default: the results/ folder that holds "
+                             "SWEEP, looked for here, beside the sweep file and in this checkout; else ./results)")
         return sp
 
     run = verb("run", "run every config that has no 'ok' record yet")
@@ -214,7 +217,8 @@ def cmd_status(args, sweep) -> int:
         print(f"  {run.run_id}  {status:<8} {run.task:<10} {run.name}  {' '.join(detail)}")
     stale = len(records.keys() - {run.run_id for run in sweep.runs})
     print(f"{sweep.name}: {len(sweep)} runs: " + ", ".join(f"{n} {s}" for s, n in counts.most_common())
-          + (f" ({stale} record(s) of configs no longer in the sweep)" if stale else ""))
+          + (f" ({stale} record(s) of configs no longer in the sweep)" if stale else "")
+          + f"; records in {Path(args.results_dir).resolve() / sweep.name}")
     print(time_left(sweep, states, heartbeats, walls))
     return 0 if counts["ok"] == len(sweep) else 1
 
@@ -328,12 +332,25 @@ def cmd_headline(args) -> int:
     return 0
 
 
+def results_dir_for(sweep, given: str | None) -> str:
+    """RESULTS_DIR as given, else the first results/ folder holding this sweep's records:
+    the working directory's, the sweep file's folder's, this checkout's (a shipped sweep
+    run from anywhere); else ./results, where a first run writes. So `linbench status`
+    from another directory finds the records instead of reporting every run "not run"."""
+    if given is not None:
+        return given
+    candidates = [Path("results"), Path(sweep.path).resolve().parent / "results", REPO / "results"]
+    found = next((c for c in candidates if (c / sweep.name).is_dir()), Path("results"))
+    return str(found.resolve()) if found != Path("results") else "results"
+
+
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
         if args.verb == "headline":
             return cmd_headline(args)
         sweep = load_sweep(args.sweep)
+        args.results_dir = results_dir_for(sweep, args.results_dir)
         verbs = {"run": cmd_run, "status": cmd_status, "logs": cmd_logs, "cancel": cmd_cancel, "export": cmd_export,
                  "plot": cmd_plot, "report": cmd_report, "sample": cmd_sample}
         return verbs[args.verb](args, sweep)

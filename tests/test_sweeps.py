@@ -315,3 +315,20 @@ def test_output_into_a_closed_pipe_ends_quietly(tmp_path, capsys, monkeypatch):
     assert rc == 141
     closed.write("x\n")  # stdout now goes to /dev/null: a last flush cannot fail
     closed.close()
+
+
+def test_status_from_another_directory_finds_the_records(tmp_path, capsys, monkeypatch):
+    # the results folder is looked for beside the sweep file when none is given
+    home, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    home.mkdir(), elsewhere.mkdir()
+    path = home / "here.py"
+    path.write_text("from sweeps import RunConfig\nconfigs = [RunConfig('toy', {'seed': 0}, 'one')]\n")
+    monkeypatch.chdir(home)
+    assert cli(["run", str(path), "--executor", "debug"]) == 0
+    capsys.readouterr()
+    monkeypatch.chdir(elsewhere)
+    assert cli(["status", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "1 runs: 1 ok" in out and f"records in {home / 'results' / 'here'}" in out
+    assert cli(["status", str(path), "--results-dir", str(elsewhere / "results")]) == 1  # as named
+    assert "1 not run" in capsys.readouterr().out
