@@ -8,8 +8,13 @@ before it may start again.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import math
+import os
 import subprocess
+import sys
+import tempfile
 import time
 
 import submitit
@@ -62,6 +67,7 @@ def submit_slurm(todo, sweep, results_dir, folder, opts: dict) -> list:
     benchmark, and an array shares its options. A refusal by sbatch becomes one SweepError
     quoting it and leaves no files of the refused array behind (an array queued before it
     stays queued, in the ledger)."""
+    created = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
     jobs_of = {}
     for exclusive in (False, True):
@@ -72,21 +78,50 @@ def submit_slurm(todo, sweep, results_dir, folder, opts: dict) -> list:
         ex = submitit.SlurmExecutor(folder, max_num_timeout=opts.get("max_timeouts", 3))
         ex.update_parameters(**slurm_parameters(sweep, opts), **({"exclusive": True} if exclusive else {}))
         try:
-            with ex.batch():
+            with _sbatch_stderr() as said, ex.batch():
                 jobs = [ex.submit(RunJob(run, sweep, results_dir, "slurm", opts.get("threads"), opts.get("log")))
                         for run in runs]
         except (subprocess.CalledProcessError, submitit.core.utils.FailedJobError) as err:
             for path in sorted(set(folder.rglob("*")) - before, reverse=True):  # files before folders
                 path.rmdir() if path.is_dir() else path.unlink(missing_ok=True)
-            raise SweepError(f"sbatch refused the submission: {_sbatch_message(err)}") from None
+            if created and not jobs_of and not any(folder.iterdir()):
+                folder.rmdir()  # nothing of a refused first submission is left
+            raise SweepError(f"sbatch refused the submission: {_sbatch_message(err, said())}") from None
         record_submissions(results_dir, sweep, {run.run_id: ledger_entry("slurm", job) for run, job in zip(runs, jobs)})
         jobs_of.update({run.run_id: job for run, job in zip(runs, jobs)})
     return [jobs_of[run.run_id] for run in todo]
 
 
-def _sbatch_message(err: Exception) -> str:
+@contextlib.contextmanager
+def _sbatch_stderr():
+    """What sbatch writes to stderr during the submission, kept (submitit lets it through
+    to the terminal, where it would stand beside our own one-line message): yields a
+    function returning it. What it wrote on a submission that went through is passed on."""
+    outer = sys.stderr
+    outer.flush()
+    said = {"text": ""}
+    logged = io.StringIO()  # submitit's own log lines, written through sys.stderr
+    with tempfile.TemporaryFile() as tmp, contextlib.redirect_stderr(logged):
+        saved = os.dup(2)
+        os.dup2(tmp.fileno(), 2)
+        failed = False
+        try:
+            yield lambda: said["text"]
+        except BaseException:
+            failed = True
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            said["text"] = tmp.read().decode(errors="replace") or logged.getvalue()
+            if not failed:
+                outer.write(said["text"] + logged.getvalue())
+
+
+def _sbatch_message(err: Exception, stderr: str = "") -> str:
     """sbatch's own words, e.g. "error: Invalid generic resource (gres) specification"."""
-    text = getattr(err, "output", None) or getattr(err, "stderr", None) or str(err)
+    text = stderr.strip() or getattr(err, "output", None) or getattr(err, "stderr", None) or str(err)
     text = text.decode(errors="replace") if isinstance(text, bytes) else str(text)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     errors = [line for line in lines if "error" in line.lower()]
