@@ -135,6 +135,7 @@ JOB_LOG_HINTS = {
     "oom": "; `linbench logs {sweep} {run_id}` prints its error",
     "timeout": "; `linbench logs {sweep} {run_id}` prints its error",
     "cancelled": "; its checkpoint is kept and `linbench run {sweep}` resumes it",
+    "interrupted": "; its checkpoint is kept: the requeued job (or `linbench run {sweep}`) resumes it",
     "busy": "; another job is training this run",
 }
 
@@ -163,16 +164,22 @@ class RunJob(submitit.helpers.Checkpointable):
                          submitted=self.submitted, log=self.log)
         # The job log's last word (submitit then says "completed successfully" whatever
         # the run's status, since the job itself did not crash).
-        print(f"[linbench] run {self.run.run_id} ({self.run.name}): {status}"
-              + JOB_LOG_HINTS.get(status, "").format(sweep=self.sweep, run_id=self.run.run_id),
-              flush=True)
+        self._last_word(status)
         return status
 
     def checkpoint(self, *args, **kwargs):
-        """submitit's requeue hook: requeue, unless the sweep was cancelled since."""
+        """submitit's requeue hook: requeue, unless the sweep was cancelled since. Either
+        way this attempt's log ends with its status line, as a finished job's does."""
         if cancel_requested(self.results_dir, self.sweep, self.submitted):
+            self._last_word("cancelled")
             return None  # submitit then ends the job instead of requeueing it
+        self._last_word("requeued", "; it resumes from its checkpoint")
         return super().checkpoint(*args, **kwargs)
+
+    def _last_word(self, status: str, hint: str | None = None) -> None:
+        hint = JOB_LOG_HINTS.get(status, "") if hint is None else hint
+        print(f"[linbench] run {self.run.run_id} ({self.run.name}): {status}"
+              + hint.format(sweep=self.sweep, run_id=self.run.run_id), flush=True)
 
 
 def log_status(run: RunConfig, status: str, log) -> str:

@@ -121,6 +121,10 @@ def test_sweep_on_slurm_failed_ok_requeue_resume_and_nothing_to_resubmit(tmp_pat
         assert rec["status"] == "ok" and rec["metrics"]["steps"] == 50, json.dumps(rec, indent=1)[:2000]
         assert rec["resumed"] is True and rec["attempts"] == 2 and 0 < rec["metrics"]["resumed_from"] < 50
     assert "Requeued job" in next(logs.glob(f"{job}_0_*log.out")).read_text()  # submitit's own requeue
+    for task, said in ((0, "requeued; it resumes from its checkpoint"), (1, "interrupted")):
+        # the interrupted attempt's log ends with its status line too, then the next attempt's
+        text = next(logs.glob(f"{job}_{task}_*log.out")).read_text()
+        assert f": {said}" in text and text.count("[linbench] run") == 2, text[-3000:]
 
     # again: only the failed run goes back to Slurm (and now succeeds) ...
     assert cli([*argv, "--wait"]) == 0
