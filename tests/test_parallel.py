@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 
 import pytest
 import torch
@@ -31,13 +32,26 @@ def _labelled_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
     return inputs, targets
 
 
-def _train(cfg: TrainConfig, dtype: torch.dtype, checkpoint=None, loss=lm_loss, mixer="attention") -> dict:
+def _train(cfg: TrainConfig, dtype: torch.dtype, checkpoint=None, loss=lm_loss, mixer="attention",
+           status="ok") -> dict:
     torch.manual_seed(0)
     model = zoo.build_model(zoo.ModelConfig(**{**MODEL.to_dict(), "mixer": mixer}), seed=0).to(dtype)
     batches = _labelled_batch if loss is labelled_lm_loss else _batch
     res = train(model, cfg, batches, loss, checkpoint=checkpoint, progress=False)
-    assert res.status == "ok", res
+    assert res.status == status, res
     return {"params": parallel.full_state(model), "loss": res.final_loss, "steps": res.steps}
+
+
+class _NaNOnRank1:
+    """``lm_loss``, but NaN on rank 1 alone from its ``after``-th call on."""
+
+    def __init__(self, after: int):
+        self.after, self.calls = after, 0
+
+    def __call__(self, net, batch):
+        self.calls += 1
+        loss = lm_loss(net, batch)
+        return loss * float("nan") if parallel.world().rank == 1 and self.calls >= self.after else loss
 
 
 def _worker(rank: int, world: int, port: int, out: str, kwargs: dict) -> None:
@@ -58,9 +72,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _in_two_processes(tmp_path, **kwargs) -> dict:
+def _in_two_processes(tmp_path, timeout_s: float = 300, **kwargs) -> dict:
     out = str(tmp_path / "rank0.pt")
-    mp.spawn(_worker, args=(2, _free_port(), out, kwargs), nprocs=2)
+    ranks = mp.spawn(_worker, args=(2, _free_port(), out, kwargs), nprocs=2, join=False)
+    deadline = time.monotonic() + timeout_s
+    while not ranks.join(timeout=1):  # raises when a rank failed
+        if time.monotonic() > deadline:
+            for p in ranks.processes:
+                p.kill()
+            pytest.fail(f"the 2 ranks did not finish in {timeout_s:.0f} s: a collective one rank skipped?")
     return torch.load(out, weights_only=False)
 
 
@@ -103,6 +123,16 @@ def test_labelled_loss_goes_through_the_wrapped_forward(tmp_path):
     got = _in_two_processes(tmp_path, cfg=TrainConfig(**CFG, strategy="fsdp"), dtype=torch.float64,
                             loss=labelled_lm_loss)
     _assert_same(got, want, torch.float64)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_a_nan_on_one_rank_stops_every_rank_at_the_same_step(tmp_path, strategy):
+    # rank 1's loss turns NaN on the first micro-batch of step 2 (its 3rd call): it must
+    # still join the backward passes' collectives, and both ranks must stop there
+    cfg = TrainConfig(**CFG, strategy=strategy, micro_batch_size=2)
+    got = _in_two_processes(tmp_path, timeout_s=120, cfg=cfg, dtype=torch.float64, loss=_NaNOnRank1(after=3),
+                            status="diverged")
+    assert got["steps"] == 1 and got["loss"] != got["loss"]  # one step taken, the NaN reported
 
 
 def test_gradient_accumulation_in_one_process_is_the_same_step():

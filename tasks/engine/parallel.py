@@ -20,6 +20,7 @@ training loop then asks ``world()`` and, with more than one process:
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 from dataclasses import dataclass
@@ -159,7 +160,6 @@ def micro_batches(batch: tuple, micro_batch_size: int) -> list[tuple]:
 def no_sync(net: nn.Module, last: bool):
     """Skip the gradient all-reduce (DDP) or reduce-scatter (FSDP2) on every micro-batch
     but the last of a step."""
-    import contextlib
     if world().size == 1 or last:
         if hasattr(net, "set_requires_gradient_sync"):
             net.set_requires_gradient_sync(True)

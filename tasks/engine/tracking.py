@@ -85,6 +85,11 @@ def session(kind: str | None, run_id: str, folder: str | Path, config: dict, pro
         _active = None
 
 
+def active() -> bool:
+    """Whether a session is open (the loop builds its metrics only then)."""
+    return _active is not None
+
+
 def log(step: int, metrics: dict) -> None:
     """Scalars at ``step`` (those that are numbers), when a session is open."""
     if _active is not None:

@@ -227,17 +227,20 @@ def _step(net: nn.Module, opt: torch.optim.Optimizer, cfg: TrainConfig, batch: t
         group["lr"] = cfg.lr_at(step)
     opt.zero_grad(set_to_none=True)
     parts = parallel.micro_batches(batch, micro)
+    alone = parallel.world().size == 1
     total = 0.0
     for i, part in enumerate(parts):
         with parallel.no_sync(net, last=i == len(parts) - 1):
             with torch.autocast(device.type, torch.bfloat16, enabled=autocast):
                 loss = loss_fn(net, part) / len(parts)
-            if not torch.isfinite(loss):
-                total = float("nan")
-                break
+            total += loss.item()
+            if alone and not math.isfinite(total):
+                break  # diverged: nothing else to compute
+            # With other ranks, a rank whose loss is NaN still runs every backward: each
+            # one is a collective (DDP's all-reduce, FSDP2's gathers), and a rank that left
+            # early would leave the others waiting forever. The decision comes below.
             loss.backward()
-        total += loss.item()
-    loss = parallel.mean(total, device)  # every rank takes the same decision on a NaN
+    loss = parallel.mean(total, device)  # NaN on any rank is NaN on all: every rank stops
     if not math.isfinite(loss):
         return loss
     if cfg.grad_clip > 0:
@@ -286,7 +289,7 @@ def train(model: nn.Module, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
                 res.status, res.final_loss = "diverged", loss
                 break
             res.steps, res.final_loss = step + 1, loss
-            if w.main:
+            if w.main and tracking.active():
                 now = time.perf_counter()
                 tracking.log(res.steps, {"train/loss": loss, "train/lr": cfg.lr_at(step),
                                          "train/tokens_per_s": (tokens_per_step or 0) / max(now - t_step, 1e-9)})
@@ -295,7 +298,7 @@ def train(model: nn.Module, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
             bar.set_postfix(loss=f"{res.final_loss:.4f}", refresh=False)
             if res.steps % cfg.eval_every == 0 or res.steps == cfg.steps:
                 value = _evaluate(model, res, eval_fn, metric, better, autocast, device)
-                if w.main:
+                if w.main and tracking.active():
                     tracking.log(res.steps, {f"eval/{k}": v for k, v in res.history[-1].items() if k != "step"})
                     if hasattr(model, "backends"):
                         tracking.text("backends", json.dumps(model.backends()), res.steps)
