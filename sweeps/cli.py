@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 from results.layout import record_path, workdir_for
@@ -26,10 +28,11 @@ from tasks.engine.progress import format_line, read_progress
 from tasks.engine.runs import REPO
 from tasks.published import PUBLISHED
 
+from .hints import Hints
 from .launch import FINAL, launch
-from .ledger import cancel, in_flight, read_ledger
+from .ledger import cancel, in_flight, never_starts, read_ledger, waiting_reasons
 from .spec import SweepError, load_sweep
-from .views import distinguishing, only, time_left
+from .views import ago, distinguishing, only, outcome, time_left
 
 
 
@@ -84,8 +87,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--dry-run", action="store_true", help="validate and list what would run, run nothing")
     run.add_argument("--threads", type=_positive(int), help="torch threads per run (default: the cores it is "
                      "given: --cpus-per-task on Slurm, cores / --parallel locally); recorded")
-    run.add_argument("--only", action="append", metavar="LABEL", help="run only the runs of this label "
-                     "(or run id, or its first characters); repeatable, e.g. the baseline first")
+    run.add_argument("--only", action="extend", nargs="+", metavar="LABEL", help="run only the runs of these "
+                     "labels (or run ids, or their first characters); repeatable, e.g. the baseline first")
     run.add_argument("--rerun-diverged", action="store_true",
                      help="run diverged runs again (by default a diverged run is final)")
     s = run.add_argument_group("slurm")
@@ -138,7 +141,31 @@ def parser() -> argparse.ArgumentParser:
     headline = verbs.add_parser("headline", help="the reference sweeps' tables (results/reference), or rewrite "
                                 "their marked copies in a Markdown file")
     headline.add_argument("--write", type=Path, help="rewrite the tables marked <!-- headline:NAME --> in this file")
+    p.run_verb = run  # its options are what a printed `linbench run` must repeat
     return p
+
+
+# `linbench run` options a printed rerun leaves out: it names its own runs, and neither
+# waiting nor a dry run is what resuming means
+NOT_REPEATED = {"help", "sweep", "results_dir", "only", "wait", "dry_run"}
+
+
+def run_options(run_verb: argparse.ArgumentParser, args) -> tuple[str, ...]:
+    """The options ``args`` were given beyond their defaults, as command-line words."""
+    words = []
+    for action in run_verb._actions:
+        value = getattr(args, action.dest, None)
+        if action.dest in NOT_REPEATED or value == action.default or not action.option_strings:
+            continue
+        flag = action.option_strings[-1]  # the long form
+        if isinstance(action, argparse._StoreTrueAction):
+            words.append(flag)
+        elif isinstance(action, argparse._AppendAction):
+            for item in value:
+                words += [flag, "=".join(map(str, item)) if isinstance(item, tuple) else str(item)]
+        else:
+            words += [flag, str(value)]
+    return tuple(words)
 
 
 def cmd_run(args, sweep) -> int:
@@ -161,60 +188,85 @@ def cmd_run(args, sweep) -> int:
     opts["extra"] = dict(args.slurm_arg)
     try:
         summary = launch(sweep, args.results_dir, args.executor, args.parallel, opts, wait=args.wait,
-                         final=final)
+                         final=final, hints=args.hints)
     except KeyboardInterrupt:
         flying = in_flight(args.results_dir, sweep.name, [r.run_id for r in sweep.runs])
         print(f"\ninterrupted: {len(flying)} run(s) still queued or running"
-              + (f"; stop them with `linbench cancel {sweep.name}`, a later `linbench run` resumes "
-                 "them from their checkpoints" if flying else "; a later `linbench run` resumes "
+              + (f"; stop them with `{args.hints.command('cancel')}`; then `{args.hints.rerun()}` resumes "
+                 "them from their checkpoints" if flying else f"; `{args.hints.rerun()}` resumes "
                  "the stopped runs from their checkpoints"), file=sys.stderr)
         return 130
     if summary["statuses"]:
         print("finished:", ", ".join(f"{n} {s}" for s, n in sorted(summary["statuses"].items())))
     if summary["job_ids"] and not args.wait:
-        return 0  # submitted: `linbench status` follows them
+        print(f"follow them with `{args.hints.command('status')}`, stop them with "
+              f"`{args.hints.command('cancel')}`")
+        return 0
     states = _states(args, sweep)
     not_ok = collections.Counter(st for st in states.values() if st != "ok")
     if not_ok:
         print("not ok: " + ", ".join(f"{n} {s}" for s, n in not_ok.most_common())
-              + f" (`linbench status {sweep.name}`)")
+              + f" (`{args.hints.command('status')}`)")
     # 0 when every run is final, or in flight on Slurm when not waiting for it
     fine = (*FINAL, *(() if args.wait or args.executor != "slurm" else ("queued", "running")))
     return 0 if all(st in fine for st in states.values()) else 1
 
 
 def _states(args, sweep) -> dict[str, str]:
-    """{run_id: status}: the record's, else queued / running (a job in flight), partial
-    (a checkpoint, no job) or not run."""
+    """{run_id: status}: the record's, else queued / running (a job in flight), lost (its
+    heartbeat says running, but no process or job is: killed without a word), partial (a
+    checkpoint, no job) or not run."""
     flying = in_flight(args.results_dir, sweep.name, [run.run_id for run in sweep.runs])
     out = {}
     for run in sweep.runs:
         rec = read_record(record_path(args.results_dir, sweep.name, run.run_id))
         workdir = workdir_for(args.results_dir, sweep.name, run.run_id)
         out[run.run_id] = (rec["status"] if rec else flying.get(run.run_id) or
-                           ("partial" if (workdir / "checkpoint.pt").exists() else "not run"))
+                           ("lost" if (read_progress(workdir) or {}).get("status") == "running" else
+                            "partial" if (workdir / "checkpoint.pt").exists() else "not run"))
     return out
+
+
+def _detail(args, sweep, run, status: str, rec: dict, progress: dict | None, reason: str | None) -> list[str]:
+    """What `status` says of one run beside its status."""
+    if status == "ok":
+        return [outcome(rec)]
+    detail = (rec.get("error") or "").strip().splitlines()[-1:]
+    if rec.get("error"):
+        detail.append(f"(`{args.hints.command('logs', run.run_id)}`)")
+    if progress and not rec:
+        detail = [format_line(progress) + (f" ({ago(time.time() - progress['updated'])} ago)"
+                                           if progress.get("updated") else "")]
+    if status == "lost":
+        at = progress.get("checkpoint_step")
+        ckpt = workdir_for(args.results_dir, sweep.name, run.run_id) / "checkpoint.pt"
+        detail.append("- its process died without a record; "
+                      + (f"{'its checkpoint' if at is None else f'the checkpoint of step {at}'} is kept and "
+                         f"`{args.hints.rerun([run.run_id])}` resumes from it" if ckpt.exists() else
+                         f"no checkpoint: `{args.hints.rerun([run.run_id])}` starts it again"))
+    if reason:
+        detail.append(f"(Slurm: {reason}"
+                      + (f"; Slurm will not start it as submitted: `{args.hints.command('cancel')}`, "
+                         "then submit with options it can meet)" if never_starts(reason) else ")"))
+    return detail
 
 
 def cmd_status(args, sweep) -> int:
     states = _states(args, sweep)
     counts = collections.Counter(states.values())
     records = {r.get("run_id"): r for r in load_records(Path(args.results_dir) / sweep.name)}  # read once
+    queued = [rid for rid, st in states.items() if st == "queued"]
+    reasons = waiting_reasons(args.results_dir, sweep.name, queued) if queued else {}
     heartbeats, walls = {}, {}
     for run in sweep.runs:
-        status = states[run.run_id]
-        rec = records.get(run.run_id) or {}
+        status, rec = states[run.run_id], records.get(run.run_id) or {}
+        progress = None if rec else read_progress(workdir_for(args.results_dir, sweep.name, run.run_id))
         if status == "ok":
             walls[run.run_id] = (rec.get("metrics") or {}).get("wall_time") or 0.0
-            continue
-        detail = (rec.get("error") or "").strip().splitlines()[-1:]
-        progress = read_progress(workdir_for(args.results_dir, sweep.name, run.run_id))
-        if not rec and progress:
-            detail = [format_line(progress)]
+        elif progress:
             heartbeats[run.run_id] = progress
-        if rec.get("error"):
-            detail.append(f"(linbench logs {sweep.name} {run.run_id})")
-        print(f"  {run.run_id}  {status:<8} {run.task:<10} {run.name}  {' '.join(detail)}")
+        detail = _detail(args, sweep, run, status, rec, progress, reasons.get(run.run_id))
+        print(f"  {run.run_id}  {status:<8} {run.task:<10} {run.name}  {' '.join(d for d in detail if d)}")
     stale = len(records.keys() - {run.run_id for run in sweep.runs})
     print(f"{sweep.name}: {len(sweep)} runs: " + ", ".join(f"{n} {s}" for s, n in counts.most_common())
           + (f" ({stale} record(s) of configs no longer in the sweep)" if stale else "")
@@ -223,7 +275,7 @@ def cmd_status(args, sweep) -> int:
     return 0 if counts["ok"] == len(sweep) else 1
 
 
-def _find(sweep, key: str, keep=None, what: str = "run"):
+def _find(args, sweep, key: str, keep=None, what: str = "run"):
     """The one run of ``sweep`` whose id starts with ``key`` or whose label is ``key``,
     among those ``keep`` accepts (default: all)."""
     hits = [run for run in sweep.runs if (run.run_id.startswith(key) or run.label == key)
@@ -231,19 +283,21 @@ def _find(sweep, key: str, keep=None, what: str = "run"):
     if len(hits) != 1:
         which = f"no {what}" if not hits else f"{len(hits)} {what}s ({', '.join(r.run_id for r in hits)})"
         raise SweepError(f"{sweep.name}: {which} with id or label {key!r}; "
-                         f"`linbench status {sweep.name}` lists them")
+                         f"`{args.hints.command('status')}` lists them")
     return hits[0]
 
 
 def cmd_logs(args, sweep) -> int:
-    run = _find(sweep, args.run)
-    rec = read_record(record_path(args.results_dir, sweep.name, run.run_id))
+    run = _find(args, sweep, args.run)
+    one = dataclasses.replace(sweep, runs=[run])
+    status = _states(args, one)[run.run_id]
+    rec = read_record(record_path(args.results_dir, sweep.name, run.run_id)) or {}
     entry = read_ledger(args.results_dir, sweep.name).get(run.run_id)
-    print(f"{run.run_id}  {run.name}  status: {(rec or {}).get('status', 'no record')}")
-    progress = read_progress(workdir_for(args.results_dir, sweep.name, run.run_id))
-    if progress:
-        print(f"progress: {format_line(progress)}")
-    if rec and rec.get("error"):
+    progress = None if rec else read_progress(workdir_for(args.results_dir, sweep.name, run.run_id))
+    reason = waiting_reasons(args.results_dir, sweep.name, [run.run_id]).get(run.run_id) if status == "queued" else None
+    print(f"{run.run_id}  {run.name}  status: {status}  "
+          + " ".join(d for d in _detail(args, sweep, run, status, rec, progress, reason) if d))
+    if rec.get("error"):
         print("--- error\n" + rec["error"].rstrip())
     if entry is None:
         print("--- no job of this run in the ledger (run with --executor debug, or never submitted)")
@@ -264,12 +318,12 @@ def cmd_sample(args, sweep) -> int:
     def writer(run):  # the task's sample(), None where the task writes no text
         return getattr(sys.modules[TASKS[run.task][1].__module__], "sample", None)
 
-    run = _find(sweep, args.run, keep=writer, what="language-model run")
+    run = _find(args, sweep, args.run, keep=writer, what="language-model run")
     weights = weights_path(workdir_for(args.results_dir, sweep.name, run.run_id))
     if not weights.exists():
         raise SweepError(f"{sweep.name}: no weights at {weights}: the run has not finished on this machine, "
                          f"or finished before runs kept their weights (move its record away, then "
-                         f"`linbench run {sweep.name} --only {run.run_id}` trains it again)")
+                         f"`{args.hints.rerun([run.run_id])}` trains it again)")
     print(args.prompt + " " + writer(run)(run.config, weights, args.prompt, args.tokens, args.temperature,
                                             args.top_k, args.seed))
     return 0
@@ -277,7 +331,17 @@ def cmd_sample(args, sweep) -> int:
 
 def cmd_cancel(args, sweep) -> int:
     done = cancel(args.results_dir, sweep.name)
-    print(f"{sweep.name}: {len(done)} job(s) cancelled" if done else f"{sweep.name}: nothing in flight")
+    if not done:
+        print(f"{sweep.name}: nothing in flight")
+        return 0
+    print(f"{sweep.name}: {len(done)} job(s) cancelled; each checkpoints first")
+    # the runs resume as they were sent: same executor and options, these runs only
+    ledger = read_ledger(args.results_dir, sweep.name)
+    sent = collections.defaultdict(list)
+    for rid in done:
+        sent[tuple(ledger.get(rid, {}).get("options", ()))].append(rid)
+    for options, rids in sent.items():
+        print(f"`{args.hints.rerun(sorted(rids), options)}` resumes {'it' if len(rids) == 1 else 'them'}")
     return 0
 
 
@@ -345,11 +409,14 @@ def results_dir_for(sweep, given: str | None) -> str:
 
 
 def main(argv=None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
     try:
         if args.verb == "headline":
             return cmd_headline(args)
         sweep = load_sweep(args.sweep)
+        args.hints = Hints(args.sweep, args.results_dir, run_options(p.run_verb, args) if args.verb == "run" else (),
+                           tuple(getattr(args, "only", None) or ()))
         args.results_dir = results_dir_for(sweep, args.results_dir)
         verbs = {"run": cmd_run, "status": cmd_status, "logs": cmd_logs, "cancel": cmd_cancel, "export": cmd_export,
                  "plot": cmd_plot, "report": cmd_report, "sample": cmd_sample}

@@ -29,6 +29,7 @@ from results.records import STATUSES, read_record, write_record
 from tasks.engine import parallel, tracking
 from tasks.engine.runs import now, provenance
 
+from .hints import Hints
 from .ledger import cancel_requested, record_submissions
 from .spec import RunConfig, mixer_revisions
 
@@ -131,11 +132,11 @@ def execute(run: RunConfig, sweep: str, results_dir: str | Path, run_fn=None, ex
 
 
 JOB_LOG_HINTS = {
-    "failed": "; `linbench logs {sweep} {run_id}` prints its error",
-    "oom": "; `linbench logs {sweep} {run_id}` prints its error",
-    "timeout": "; `linbench logs {sweep} {run_id}` prints its error",
-    "cancelled": "; its checkpoint is kept and `linbench run {sweep}` resumes it",
-    "interrupted": "; its checkpoint is kept: the requeued job (or `linbench run {sweep}`) resumes it",
+    "failed": "; `{logs}` prints its error",
+    "oom": "; `{logs}` prints its error",
+    "timeout": "; `{logs}` prints its error",
+    "cancelled": "; its checkpoint is kept and `{rerun}` resumes it",
+    "interrupted": "; its checkpoint is kept: the requeued job (or `{rerun}`) resumes it",
     "busy": "; another job is training this run",
 }
 
@@ -145,9 +146,10 @@ class RunJob(submitit.helpers.Checkpointable):
     its progress lives in the run's workdir, where the task resumes from."""
 
     def __init__(self, run: RunConfig, sweep: str, results_dir: str | Path, executor: str,
-                 threads: int | None = None, log: str | None = None):
+                 threads: int | None = None, log: str | None = None, hints: Hints | None = None):
         self.run, self.sweep, self.results_dir = run, sweep, str(Path(results_dir).resolve())
         self.executor, self.threads, self.log = executor, threads, log
+        self.hints = hints or Hints(sweep)  # the commands its log's last line names
         self.run_fn = tasks.TASKS[run.task][1]
         self.submitted = time.time()  # a `linbench cancel` after this stops the job
 
@@ -179,7 +181,8 @@ class RunJob(submitit.helpers.Checkpointable):
     def _last_word(self, status: str, hint: str | None = None) -> None:
         hint = JOB_LOG_HINTS.get(status, "") if hint is None else hint
         print(f"[linbench] run {self.run.run_id} ({self.run.name}): {status}"
-              + hint.format(sweep=self.sweep, run_id=self.run.run_id), flush=True)
+              + hint.format(logs=self.hints.command("logs", self.run.run_id),
+                            rerun=self.hints.rerun([self.run.run_id])), flush=True)
 
 
 def log_status(run: RunConfig, status: str, log) -> str:
@@ -188,7 +191,8 @@ def log_status(run: RunConfig, status: str, log) -> str:
     return status
 
 
-def ledger_entry(executor: str, job) -> dict:
-    """What the ledger keeps of a submitted job: where it went, when, and its log."""
+def ledger_entry(executor: str, job, options: tuple[str, ...] = ()) -> dict:
+    """What the ledger keeps of a submitted job: where it went, when, its log, and the
+    `linbench run` options that sent it (what `linbench cancel` says resumes it)."""
     return {"executor": executor, "job_id": str(job.job_id), "submitted": time.time(),
-            "log": str(job.paths.stdout)}
+            "log": str(job.paths.stdout), "options": list(options)}

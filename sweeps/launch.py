@@ -23,6 +23,7 @@ from results.layout import record_path, workdir_for
 from results.records import read_record
 from tasks.engine.progress import read_progress
 
+from .hints import Hints
 from .jobs import PREEMPT_SIGNAL, RunJob, execute, ledger_entry, log_status
 from .ledger import cancel_requested, in_flight, read_ledger, record_submissions
 from .slurm import submit_slurm, wait_slurm
@@ -46,11 +47,14 @@ def plan(sweep: Sweep, results_dir: str | Path, final=FINAL) -> dict[str, list]:
 
 
 def launch(sweep: Sweep, results_dir: str | Path = "results", executor: str = "local", parallel: int = 1,
-           slurm: dict | None = None, wait: bool = False, log=print, final=FINAL) -> dict:
+           slurm: dict | None = None, wait: bool = False, log=print, final=FINAL,
+           hints: Hints | None = None) -> dict:
     """Run (or submit) every run of ``sweep`` that has no final record and no job in
     flight. Returns a summary: ``submitted``, ``skipped``, ``statuses`` (of runs
-    finished here) and ``job_ids`` (Slurm)."""
+    finished here) and ``job_ids`` (Slurm). ``hints``: how the user launched it, for the
+    commands the jobs' logs and ``linbench cancel`` print."""
     results_dir = Path(results_dir).resolve()
+    hints = hints or Hints(sweep.name)
     parts = plan(sweep, results_dir, final)
     todo = parts["todo"]
     log(f"{sweep.name}: {len(sweep)} runs, {len(parts['ok'])} already ok, "
@@ -68,10 +72,10 @@ def launch(sweep: Sweep, results_dir: str | Path = "results", executor: str = "l
                                             log=(slurm or {}).get("log")), log)
                     for run in todo]
     elif executor == "local":
-        statuses = _run_local(todo, sweep.name, results_dir, folder, parallel, slurm or {}, log)
+        statuses = _run_local(todo, sweep.name, results_dir, folder, parallel, slurm or {}, log, hints)
     elif executor == "slurm":
         submitted = time.time()
-        jobs = submit_slurm(todo, sweep.name, results_dir, folder, slurm or {}) if todo else []
+        jobs = submit_slurm(todo, sweep.name, results_dir, folder, slurm or {}, hints) if todo else []
         summary["job_ids"] = sorted({j.job_id.split("_")[0] for j in jobs})
         if jobs:
             log(f"submitted {len(jobs)} job(s) as {', '.join(summary['job_ids'])}; logs in {folder}")
@@ -107,7 +111,7 @@ def _fraction(results_dir, sweep: str, run: RunConfig) -> float:
     return min(1.0, p["step"] / p["steps"]) if p.get("step") and p.get("steps") else 0.0
 
 
-def _run_local(todo, sweep, results_dir, folder, parallel, params, log) -> list[str]:
+def _run_local(todo, sweep, results_dir, folder, parallel, params, log, hints) -> list[str]:
     """submitit's local executor starts every job at once: keep at most ``parallel``,
     and start nothing beside a run marked ``alone`` (a timing would measure the other)."""
     parallel = max(1, parallel)
@@ -128,9 +132,9 @@ def _run_local(todo, sweep, results_dir, folder, parallel, params, log) -> list[
             while queue and may_start(queue[0], list(running.values()), parallel):
                 run = queue.pop(0)
                 threads = params.get("threads") or (cores if run.alone else max(1, cores // parallel))
-                job = ex.submit(RunJob(run, sweep, results_dir, "local", threads, params.get("log")))
+                job = ex.submit(RunJob(run, sweep, results_dir, "local", threads, params.get("log"), hints))
                 running[job] = run
-                record_submissions(results_dir, sweep, {run.run_id: ledger_entry("local", job)})
+                record_submissions(results_dir, sweep, {run.run_id: ledger_entry("local", job, hints.run_options)})
                 started = True
             if started:
                 bar.set_postfix_str(", ".join(r.name for r in running.values())[:60])

@@ -30,6 +30,16 @@ LEDGER, CANCEL = "ledger.json", "cancel"
 # squeue states of a job that has not started running the task yet
 PENDING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED",
            "CONFIGURING"}
+# squeue reasons of a pending job that Slurm will not start as submitted: it asks for more
+# than the partition, account or QOS allows (more CPUs than a node has: PartitionConfig).
+# Any other reason (Resources, Priority, BeginTime after a requeue ...) waits its turn.
+NEVER = {"PartitionConfig", "BadConstraints", "PartitionNodeLimit", "PartitionTimeLimit",
+         "AccountNotAllowed", "QOSNotAllowed", "InvalidAccount", "InvalidQOS", "DependencyNeverSatisfied"}
+NEVER_PREFIXES = ("AssocMax", "QOSMax")  # a per-job limit of the association or QOS
+
+
+def never_starts(reason: str) -> bool:
+    return reason in NEVER or reason.startswith(NEVER_PREFIXES)
 
 
 def ledger_path(results_dir, sweep: str) -> Path:
@@ -75,23 +85,38 @@ def is_running(workdir: Path) -> bool:
         return False
 
 
-def slurm_states(job_ids) -> dict[str, str] | None:
-    """{job id ("123" or array task "123_4"): squeue state} for those still known to
-    squeue; None where squeue cannot be asked."""
+def slurm_jobs(job_ids) -> dict[str, tuple[str, str]] | None:
+    """{job id ("123" or array task "123_4"): (squeue state, reason)} for those still
+    known to squeue; None where squeue cannot be asked."""
     ids = sorted({str(j).split("_")[0] for j in job_ids})
     if not ids:
         return {}
+    query = ["squeue", "-h", "-r", "-o", "%i %T %r", "-u", getpass.getuser()]
     try:
-        out = subprocess.run(["squeue", "-h", "-r", "-o", "%i %T", "-u", getpass.getuser(),
-                              "-j", ",".join(ids)], capture_output=True, text=True, timeout=60)
+        out = subprocess.run([*query, "-j", ",".join(ids)], capture_output=True, text=True, timeout=60)
+        if out.returncode != 0:  # an id the controller has forgotten: ask for all of ours
+            out = subprocess.run(query, capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    if out.returncode != 0:  # an id the controller has forgotten: ask for all of ours
-        out = subprocess.run(["squeue", "-h", "-r", "-o", "%i %T", "-u", getpass.getuser()],
-                             capture_output=True, text=True, timeout=60)
-        if out.returncode != 0:
-            return None
-    return dict(line.split()[:2] for line in out.stdout.splitlines() if len(line.split()) >= 2)
+    if out.returncode != 0:
+        return None
+    jobs = (line.split(maxsplit=2) for line in out.stdout.splitlines())
+    return {job[0]: (job[1], job[2] if len(job) > 2 else "") for job in jobs if len(job) >= 2}
+
+
+def slurm_states(job_ids) -> dict[str, str] | None:
+    """{job id: squeue state}, as ``slurm_jobs``."""
+    jobs = slurm_jobs(job_ids)
+    return None if jobs is None else {job: state for job, (state, _) in jobs.items()}
+
+
+def waiting_reasons(results_dir, sweep: str, run_ids) -> dict[str, str]:
+    """{run_id: Slurm's reason} for the runs of ``run_ids`` whose job is pending."""
+    ledger = read_ledger(results_dir, sweep)
+    jobs = {rid: ledger[rid]["job_id"] for rid in run_ids if ledger.get(rid, {}).get("executor") == "slurm"}
+    known = slurm_jobs(jobs.values()) or {}
+    return {rid: known[job][1] for rid, job in jobs.items()  # "None": not looked at by the scheduler yet
+            if job in known and known[job][0] in PENDING and known[job][1] not in ("", "None")}
 
 
 def in_flight(results_dir, sweep: str, run_ids=()) -> dict[str, str]:

@@ -23,6 +23,7 @@ from results.layout import record_path
 from results.records import read_record
 from tasks.engine.runs import REPO
 
+from .hints import Hints
 from .jobs import PREEMPT_SIGNAL, RunJob, ledger_entry, log_status
 from .ledger import record_submissions, slurm_states
 from .spec import SweepError
@@ -61,7 +62,7 @@ def slurm_parameters(sweep: str, opts: dict) -> dict:
     return params
 
 
-def submit_slurm(todo, sweep, results_dir, folder, opts: dict) -> list:
+def submit_slurm(todo, sweep, results_dir, folder, opts: dict, hints: Hints) -> list:
     """Submit the runs as one job array (a single run as one job), and the timing runs
     (``alone``) as another with --exclusive: a latency measured beside another job is no
     benchmark, and an array shares its options. A refusal by sbatch becomes one SweepError
@@ -79,7 +80,7 @@ def submit_slurm(todo, sweep, results_dir, folder, opts: dict) -> list:
         ex.update_parameters(**slurm_parameters(sweep, opts), **({"exclusive": True} if exclusive else {}))
         try:
             with _sbatch_stderr() as said, ex.batch():
-                jobs = [ex.submit(RunJob(run, sweep, results_dir, "slurm", opts.get("threads"), opts.get("log")))
+                jobs = [ex.submit(RunJob(run, sweep, results_dir, "slurm", opts.get("threads"), opts.get("log"), hints))
                         for run in runs]
         except (subprocess.CalledProcessError, submitit.core.utils.FailedJobError) as err:
             for path in sorted(set(folder.rglob("*")) - before, reverse=True):  # files before folders
@@ -87,7 +88,8 @@ def submit_slurm(todo, sweep, results_dir, folder, opts: dict) -> list:
             if created and not jobs_of and not any(folder.iterdir()):
                 folder.rmdir()  # nothing of a refused first submission is left
             raise SweepError(f"sbatch refused the submission: {_sbatch_message(err, said())}") from None
-        record_submissions(results_dir, sweep, {run.run_id: ledger_entry("slurm", job) for run, job in zip(runs, jobs)})
+        record_submissions(results_dir, sweep, {run.run_id: ledger_entry("slurm", job, hints.run_options)
+                                                for run, job in zip(runs, jobs)})
         jobs_of.update({run.run_id: job for run, job in zip(runs, jobs)})
     return [jobs_of[run.run_id] for run in todo]
 

@@ -7,6 +7,8 @@ import dataclasses
 
 import numpy as np
 
+from tasks.engine.progress import format_duration
+
 from .launch import FINAL
 from .spec import SweepError, canonical
 
@@ -24,6 +26,28 @@ def distinguishing(runs) -> dict[str, str]:
         # a field this run does not set (None, or an option of another mixer) says nothing
         out.update({rid: " ".join(f"{k}={f[k]}" for k in varying if f.get(k) is not None) for rid, f in flat.items()})
     return out
+
+
+def ago(seconds: float) -> str:
+    """A span at the precision one reads it with: "40 s", "12 min", "2.4 h", "3.1 d"."""
+    if seconds < 90:
+        return f"{max(0, round(seconds))} s"
+    if seconds < 90 * 60:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h" if seconds < 48 * 3600 else f"{seconds / 86400:.1f} d"
+
+
+# the metric an ok run is shown with: the first of these its record holds
+OUTCOMES = ("test_ppl", "test_accuracy", "accuracy", "best_val_ppl", "loss")
+
+
+def outcome(record: dict) -> str:
+    """"test_ppl 103.3 in 1:02:11": an ok run's result and training time, from its record."""
+    metrics = record.get("metrics") or {}
+    name = next((k for k in OUTCOMES if isinstance(metrics.get(k), (int, float))), None)
+    wall = metrics.get("wall_time") or (record.get("provenance") or {}).get("wall_time")
+    return " ".join([f"{name} {metrics[name]:.4g}"] * (name is not None)
+                    + [f"in {format_duration(wall)}"] * bool(wall))
 
 
 def _flatten(obj, prefix="") -> dict:
@@ -106,5 +130,7 @@ def time_left(sweep, states: dict[str, str], heartbeats: dict[str, dict], walls:
                 "by finished runs of the same label in another setting (rough)"] += 1
         else:
             how["unknown (nothing finished yet), not counted"] += 1
-    return (f"left: {len(todo)} run(s), about {seconds / 3600:.1f} h of training summed over runs ("
+    if len(how) == 1 and seconds == 0 and "unknown (nothing finished yet), not counted" in how:
+        return f"left: {len(todo)} run(s), time unknown: nothing has finished or reported progress yet"
+    return (f"left: {len(todo)} run(s), about {ago(seconds)} of training summed over runs ("
             + ", ".join(f"{n} {what}" for what, n in how.items()) + ")")

@@ -7,6 +7,9 @@ states (sacct), so the test, like `linbench`, goes by the records.
 from __future__ import annotations
 
 import json
+import os
+import re
+import shlex
 import shutil
 import subprocess
 import time
@@ -57,6 +60,12 @@ def _wait(cond, timeout: float, what: str, logs: Path):
     tails = "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted(logs.glob("**/*.out")))
     queue = subprocess.run(["squeue"], capture_output=True, text=True).stdout
     pytest.fail(f"timed out waiting for {what}\nsqueue:\n{queue}\nlogs:\n{tails}")
+
+
+def _command(text: str, verb: str) -> list[str]:
+    found = [shlex.split(c) for c in re.findall(r"`(linbench [^`]*)`", text) if c.split()[1] == verb]
+    assert len(found) == 1, text
+    return found[0]
 
 
 def _queue() -> list[str]:
@@ -175,10 +184,34 @@ def test_days_on_slurm_refusal_pending_no_resubmit_cancel_resume_and_logs(tmp_pa
     assert cli([*argv, "--mem-gb", "2"]) == 0
     assert "2 in flight (queued or running), 0 to run" in capsys.readouterr().out
     assert len(list(logs.glob("*submission.sh"))) == n_scripts
+    def looked() -> bool:  # every pending job has a reason ("None" until the scheduler's first look)
+        return "None" not in subprocess.run(["squeue", "-h", "-r", "-o", "%r"], capture_output=True,
+                                            text=True).stdout.split()
+
+    _wait(looked, 30, "the scheduler's look at the jobs", logs)
     cli(["status", str(path), *base])
-    assert "2 queued" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "2 queued" in out and out.count("(Slurm: BeginTime)") == 2  # Slurm's reason, a wait
     assert cli(["cancel", str(path), *base]) == 0
-    assert capsys.readouterr().out.count("removed from the queue") == 2
+    out = capsys.readouterr().out
+    assert out.count("removed from the queue") == 2
+    # they resume as they were sent: executor, Slurm options, these runs
+    resume = shlex.split(re.search(r"`(linbench run [^`]*)`", out).group(1))
+    assert resume[:9] == ["linbench", "run", str(path), "--executor", "slurm", "--cpus-per-task", "1", "--mem-gb",
+                          "2.0"] and "--only" in resume and resume[-2:] == base
+    _wait(lambda: not _queue(), 30, "the queue to empty", logs)
+
+    # a job Slurm will never start as submitted (more CPUs than the node has) says so
+    assert cli([*argv[:-4], "--cpus-per-task", str(2 * (os.cpu_count() or 1) + 2), "--time", "10",
+                "--only", "flaky"]) == 0
+    out = capsys.readouterr().out
+    assert _command(out, "status") == ["linbench", "status", str(path), *base]
+    _wait(looked, 30, "the scheduler's look at the job", logs)
+    cli(["status", str(path), *base])
+    out = capsys.readouterr().out
+    assert "1 queued" in out and "(Slurm: PartitionConfig; Slurm will not start it as submitted" in out
+    assert cli(["cancel", str(path), *base]) == 0
+    capsys.readouterr()
     _wait(lambda: not _queue(), 30, "the queue to empty", logs)
 
     # running: progress in the job log, then cancel: it checkpoints and stops, partial

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -78,7 +80,7 @@ def test_a_failed_run_exits_1_and_logs_prints_its_traceback(tmp_path, capsys):
     capsys.readouterr()
     assert cli(["status", str(path), *base]) == 1
     out = capsys.readouterr().out
-    assert "failed" in out and "deliberate failure" in out and "linbench logs ops " in out
+    assert "failed" in out and "deliberate failure" in out and f"linbench logs {path} " in out
     assert cli(["logs", str(path), "broken", *base]) == 0
     out = capsys.readouterr().out
     assert "Traceback" in out and "RuntimeError: deliberate failure" in out
@@ -101,8 +103,11 @@ def test_a_run_in_flight_is_not_submitted_again_and_status_says_so(tmp_path, cap
         out = capsys.readouterr().out
         assert "running" in out and "step 3/8" in out
     assert not records(tmp_path, "ops")
-    (workdir / "checkpoint.pt").touch()  # no lock, a checkpoint: partial
+    (workdir / "checkpoint.pt").touch()  # no lock, a heartbeat still running: lost
     cli(["status", str(path), "--results-dir", str(tmp_path)])
+    assert "1 lost" in capsys.readouterr().out
+    write_progress(workdir / "progress.json", {"status": "interrupted", "step": 3, "steps": 8})
+    cli(["status", str(path), "--results-dir", str(tmp_path)])  # stopped in order, a checkpoint: partial
     assert "1 partial" in capsys.readouterr().out
 
 
@@ -139,7 +144,10 @@ def test_time_left_uses_a_heartbeat_else_the_nearest_finished_runs_and_says_whic
                     "label, 1 by heartbeat ETA, 1 by finished runs of other labels (rough))")
     states[c1.run_id] = "diverged"  # final: not run again, not counted
     line = time_left(sweep, states, {}, {})
-    assert line == "left: 2 run(s), about 0.0 h of training summed over runs (2 unknown (nothing finished yet), not counted)"
+    assert line == "left: 2 run(s), time unknown: nothing has finished or reported progress yet"
+    # minutes read as minutes (ETAs 1:40 and 0:39), not as "0.0 h"
+    line = time_left(sweep, states, {a3.run_id: {"eta_s": 100.0}, b1.run_id: {"eta_s": 39.0}}, {})
+    assert line == "left: 2 run(s), about 2 min of training summed over runs (2 by heartbeat ETA)"
     assert time_left(sweep, dict.fromkeys(states, "ok"), {}, ok) == "left: nothing"
     # a run of a label whose finished runs all differ from it in two fields (seed and
     # step_delay): their median, 2 h, said to be rough (another length or task costs more)
@@ -182,16 +190,80 @@ def test_time_left_scales_by_the_tokens_a_run_plans_where_its_task_says():
         "label in another setting (rough), 2 by finished runs of the same label)")
 
 
-def test_ctrl_c_says_what_runs_on_and_how_to_cancel_it(tmp_path, capsys, monkeypatch):
+def _command(text: str, verb: str) -> list[str]:
+    """The one `linbench VERB ...` command quoted in backticks in ``text``, as argv words."""
+    found = [shlex.split(c) for c in re.findall(r"`(linbench [^`]*)`", text)]
+    found = [c for c in found if c[1] == verb]
+    assert len(found) == 1, text
+    return found[0]
+
+
+def test_every_printed_command_pastes_as_is(tmp_path, capsys, monkeypatch):
+    """Each command linbench prints keeps the sweep path, the results folder, and for a
+    rerun the executor, its options and the --only set: pasted, it does what it says."""
+    path = sweep_file(tmp_path, 'RunConfig("toy", {"fail": "error", "train": train}, "broken")',
+                      'RunConfig("toy", {"seed": 1, "train": train}, "fine")')
+    res = str(tmp_path / "elsewhere")
+    argv = ["run", str(path), "--executor", "debug", "--results-dir", res, "--threads", "1"]
+    assert cli([*argv, "--only", "broken"]) == 1
+    status = _command(capsys.readouterr().out, "status")
+    assert status == ["linbench", "status", str(path), "--results-dir", res]
+    assert cli(status[1:]) == 1  # finds the failed run where it is
+    logs = _command(capsys.readouterr().out, "logs")
+    assert cli(logs[1:]) == 0 and "RuntimeError: deliberate failure" in capsys.readouterr().out
+    assert cli(["logs", str(path), "nope", "--results-dir", res]) == 2
+    assert _command(capsys.readouterr().err, "status") == status
+
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
+    launch, in_flight = cli_module.launch, cli_module.in_flight
     monkeypatch.setattr(cli_module, "launch", interrupted)
     monkeypatch.setattr(cli_module, "in_flight", lambda *a: {"abc": "running"})
-    path = sweep_file(tmp_path, 'RunConfig("toy", {"train": train}, "x")')
-    assert cli(["run", str(path), "--executor", "debug", "--results-dir", str(tmp_path)]) == 130
+    assert cli([*argv, "--only", "fine", "--rerun-diverged"]) == 130
     err = capsys.readouterr().err
-    assert "1 run(s) still queued or running" in err and "linbench cancel ops" in err
+    assert "1 run(s) still queued or running" in err
+    assert _command(err, "cancel") == ["linbench", "cancel", str(path), "--results-dir", res]
+    rerun = _command(err, "run")
+    assert rerun == ["linbench", "run", str(path), "--executor", "debug", "--threads", "1", "--rerun-diverged",
+                     "--only", "fine", "--results-dir", res]
+    monkeypatch.setattr(cli_module, "launch", launch)
+    monkeypatch.setattr(cli_module, "in_flight", in_flight)
+    assert cli(rerun[1:]) == 0  # the runs that were asked for, as they were asked for
+    assert [r["label"] for r in records(Path(res), "ops").values() if r["status"] == "ok"] == ["fine"]
+
+
+def test_status_names_lost_runs_waiting_reasons_reading_ages_and_ok_runs(tmp_path, capsys, monkeypatch):
+    path = sweep_file(tmp_path, 'RunConfig("toy", {"seed": 0, "train": train}, "done")',
+                      'RunConfig("toy", {"seed": 1, "train": train}, "killed")',
+                      'RunConfig("toy", {"seed": 2, "train": train}, "killed early")',
+                      'RunConfig("toy", {"seed": 3, "train": train}, "too big")')
+    done, killed, early, big = (r.run_id for r in cli_module.load_sweep(path).runs)
+    base = ["--results-dir", str(tmp_path)]
+    assert cli(["run", str(path), "--executor", "debug", "--only", "done", *base]) == 0
+    # two runs whose process died (kill -9) mid-training: the heartbeat still says running
+    for rid, ckpt in ((killed, True), (early, False)):
+        workdir = workdir_for(tmp_path, "ops", rid)
+        workdir.mkdir(parents=True)
+        write_progress(workdir / "progress.json", {"status": "running", "step": 5, "steps": 8, "eta_s": 15.0,
+                                                   "checkpoint_step": 4 if ckpt else None,
+                                                   "updated": time.time() - 125})
+        if ckpt:
+            (workdir / "checkpoint.pt").touch()
+    # and a job Slurm will never start as submitted
+    monkeypatch.setattr(cli_module, "in_flight", lambda *a: {big: "queued"})
+    monkeypatch.setattr(cli_module, "waiting_reasons", lambda *a: {big: "PartitionConfig"})
+    capsys.readouterr()
+    assert cli(["status", str(path), *base]) == 1
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith("  ")}
+    assert " ok " in lines[done] and "loss" in lines[done] and " in 0:00:0" in lines[done]  # listed, with its result
+    assert " lost " in lines[killed] and "step 5/8" in lines[killed] and "(2 min ago)" in lines[killed]
+    assert "the checkpoint of step 4 is kept" in lines[killed]
+    assert f"`linbench run {path} --only {killed} --results-dir {tmp_path}` resumes from it" in lines[killed]
+    assert " lost " in lines[early] and "no checkpoint" in lines[early] and "starts it again" in lines[early]
+    assert " queued " in lines[big] and "(Slurm: PartitionConfig; Slurm will not start it as submitted" in lines[big]
+    assert cli(["logs", str(path), "killed", *base]) == 0
+    assert "status: lost" in capsys.readouterr().out
 
 
 SLOW = '{"seed": 5, "step_delay": 0.25, "train": {**train, "steps": 40, "checkpoint_every": 2, "log_every_s": 0.2}}'
@@ -218,7 +290,7 @@ def _wait_for(cond, timeout=90.0):
 
 
 @pytest.mark.slow
-def test_kill_9_after_a_checkpoint_then_run_resumes_to_identical_numbers(tmp_path):
+def test_kill_9_after_a_checkpoint_then_run_resumes_to_identical_numbers(tmp_path, capsys):
     path = sweep_file(tmp_path, f'RunConfig("toy", {SLOW}, "killed")')
     run = cli_module.load_sweep(path).runs[0]
     ckpt = workdir_for(tmp_path / "a", "ops", run.run_id) / "checkpoint.pt"
@@ -230,6 +302,9 @@ def test_kill_9_after_a_checkpoint_then_run_resumes_to_identical_numbers(tmp_pat
     proc.wait()
     _wait_for(lambda: not is_running(ckpt.parent), timeout=10)  # the kernel drops its lock
     assert not records(tmp_path / "a", "ops")
+    assert cli(["status", str(path), "--results-dir", str(tmp_path / "a")]) == 1
+    out = capsys.readouterr().out
+    assert "1 lost" in out and "its process died without a record" in out and "resumes from it" in out
     assert cli(["run", str(path), "--executor", "local", "--results-dir", str(tmp_path / "a")]) == 0
     assert cli(["run", str(path), "--executor", "local", "--results-dir", str(tmp_path / "b")]) == 0
     resumed, clean = (records(tmp_path / d, "ops")[run.run_id] for d in ("a", "b"))
@@ -247,17 +322,21 @@ def test_cancel_stops_a_local_sweep_at_a_checkpoint_and_run_resumes_it(tmp_path,
     proc = _start(path, tmp_path)
     _wait_for(ckpt.exists)
     assert cli(["cancel", str(path), "--results-dir", str(tmp_path)]) == 0
-    assert "told to checkpoint and stop" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "told to checkpoint and stop" in out
+    resume = _command(out, "run")  # the cancelled run alone, from the same results folder
+    assert resume == ["linbench", "run", str(path), "--only", first.run_id, "--results-dir", str(tmp_path)]
     out, _ = proc.communicate(timeout=60)
     assert "cancelled; 1 run(s) not started" in out, out
     assert not records(tmp_path, "ops")
     cli(["status", str(path), "--results-dir", str(tmp_path)])
     assert "1 partial, 1 not run" in capsys.readouterr().out
     log = Path(read_ledger(tmp_path, "ops")[first.run_id]["log"]).read_text()
-    assert "[train] step" in log and "cancelled; its checkpoint is kept" in log
-    assert cli(["run", str(path), "--executor", "local", "--results-dir", str(tmp_path)]) == 0
+    assert "[train] step" in log and f"cancelled; its checkpoint is kept and `{shlex.join(resume)}` resumes it" in log
+    assert cli(resume[1:]) == 0
     rec = records(tmp_path, "ops")[first.run_id]
     assert rec["status"] == "ok" and rec["resumed"] is True and rec["metrics"]["steps"] == 40
+    assert len(records(tmp_path, "ops")) == 1  # the run never started is left for a plain `run`
 
 
 def test_threads_per_run_default_to_the_cores_given_and_are_recorded(tmp_path):

@@ -98,6 +98,7 @@ class Heartbeat:
         self.every_s, self.tokens_per_step, self.metric, self.lines = every_s, tokens_per_step, metric, lines
         self.last_t, self.last_step = time.monotonic(), res.steps
         self.steps_per_s: float | None = None
+        self.checkpoint_step = res.resumed_from  # the step of the last checkpoint written
         self.finished = False
 
     def due(self) -> bool:
@@ -119,7 +120,7 @@ class Heartbeat:
             "steps_per_s": rate, "tokens_per_s": rate * tps if rate and tps else None,
             "eta_s": (max(0.0, (self.steps - res.steps) / rate) if rate else None) if status == "running" else 0.0,
             "elapsed_s": round(res.wall_time, 3), "resumed_from": res.resumed_from,
-            "updated": time.time(), "pid": os.getpid(), "host": socket.gethostname(),
+            "checkpoint_step": self.checkpoint_step, "updated": time.time(), "pid": os.getpid(), "host": socket.gethostname(),
         }
         if self.path is not None:
             try:
@@ -129,6 +130,12 @@ class Heartbeat:
         if echo and self.lines:
             print(format_line(data), flush=True)
         return data
+
+    def saved(self) -> None:
+        """A checkpoint of this step was written: the heartbeat says so at once, so a run
+        whose process dies later shows the step a rerun resumes from."""
+        self.checkpoint_step = self.res.steps
+        self.beat(echo=False)
 
     def finish(self, status: str) -> None:
         if not self.finished:

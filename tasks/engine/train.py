@@ -316,6 +316,7 @@ def train(model: nn.Module, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
                 snapshot = _snapshot(model, opt, res, device)
                 if w.main:
                     _save(ckpt, snapshot)
+                    beats.saved()
                 last_save = time.monotonic()
             if beats.due():
                 beats.beat()
