@@ -88,7 +88,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--threads", type=_positive(int), help="torch threads per run (default: the cores it is "
                      "given: --cpus-per-task on Slurm, cores / --parallel locally); recorded")
     run.add_argument("--only", action="extend", nargs="+", metavar="LABEL", help="run only the runs of these "
-                     "labels (or run ids, or their first characters); repeatable, e.g. the baseline first")
+                     "labels (or run ids, or their first characters, or FIELD=VALUE of their configs: seed=0, "
+                     "train.lr=0.001); repeatable, e.g. the baseline first")
     run.add_argument("--rerun-diverged", action="store_true",
                      help="run diverged runs again (by default a diverged run is final)")
     s = run.add_argument_group("slurm")

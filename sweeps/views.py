@@ -57,16 +57,20 @@ def _flatten(obj, prefix="") -> dict:
 
 
 def only(sweep, keys: list[str] | None):
-    """The sweep cut to the runs whose label is one of ``keys`` or whose id starts with one."""
+    """The sweep cut to the runs whose label is one of ``keys``, whose id starts with one,
+    or whose config has a FIELD=VALUE one names (``seed=0``, ``train.lr=0.001``)."""
     if not keys:
         return sweep
     def named(run, key):
+        field, is_field, value = key.partition("=")
+        if is_field:
+            return field in (flat := _flatten(canonical(run.config))) and str(flat[field]) == value
         return run.name == key or run.run_id.startswith(key)
 
     unknown = [k for k in keys if not any(named(r, k) for r in sweep.runs)]
     if unknown:
         labels = ", ".join(dict.fromkeys(r.name for r in sweep.runs))
-        raise SweepError(f"--only {', '.join(unknown)}: no run of {sweep.name} has that label or id; "
+        raise SweepError(f"--only {', '.join(unknown)}: no run of {sweep.name} has that label, id or FIELD=VALUE; "
                          f"its labels: {labels}")
     return dataclasses.replace(sweep, runs=[r for r in sweep.runs if any(named(r, k) for k in keys)])
 

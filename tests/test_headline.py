@@ -6,7 +6,8 @@ import pandas as pd
 
 from results.paper.findings import (gap_placement, mad_agreement, mad_reach, mqar_best, mqar_reach, reach_shares,
                               zoology_findings)
-from results.paper.headline import lm_table, lr_bracket, mad_changes, mad_table, mqar_table, published_gaps
+from results.paper.headline import (lm_table, lr_bracket, mad_changes, mad_table, mqar_table, precision_table,
+                                    published_gaps)
 from results.stats import gap_interval
 from tasks.mqar.data import key_distances, mqar_examples
 
@@ -74,6 +75,23 @@ def test_lm_table_gives_the_gap_with_its_interval():
     assert lines[2].startswith("| attention | 4.70M | 42.3M | 2.00 | 0.001 | 2 | 202.0 ± 2.8 | 203.0 ± 2.8 | 0 |")
     want = f"+{100 * gap:.1f} % [+{100 * low:.1f} %, +{100 * high:.1f} %]"
     assert lines[3] == f"| grassmann | 4.70M | 42.3M | 2.00 | 0.001 (best of 3) | 2 | 228.0 ± 2.8 | 229.0 ± 2.8 | {want} |"
+
+
+def test_precision_table_pairs_seeds_and_judges_the_change_against_the_fp32_spread():
+    def runs(label, values):
+        return [{"task": "wikitext2", "run_status": "ok", "label": label, "seed": s, "best_val_ppl": v}
+                for s, v in values.items()]
+    fp32 = pd.DataFrame(runs("a", {0: 300.0, 1: 310.0, 2: 305.0}) + runs("b", {0: 280.0, 1: 281.0, 2: 282.0})
+                        + runs("c", {0: 290.0}))
+    bf16 = pd.DataFrame(runs("a", {0: 303.0}) + runs("b", {0: 290.0, 1: 291.0}))
+    lines = precision_table(bf16, fp32).splitlines()
+    sd_a = np.std(np.log([300.0, 310.0, 305.0]), ddof=1)  # 1.6 %: a +1.0 % change is within it
+    sd_b = np.std(np.log([280.0, 281.0, 282.0]), ddof=1)  # 0.4 %: b's +3.6 % (seeds 0 and 1) is not
+    change_b = np.mean(np.log([290.0 / 280.0, 291.0 / 281.0]))
+    assert lines[2] == f"| b | 281.0 ± 1.0 (3) | 290.5 ± 0.7 (2) | +{100 * np.expm1(change_b):.1f} % (0, 1) | " \
+                       f"{100 * sd_b:.1f} % | outside ({change_b / sd_b:.1f} sd) |"
+    assert lines[3] == "| c | 290.0 (1) | – | – | – | – |"  # no bf16 run, one fp32 seed: nothing to judge
+    assert lines[4] == f"| a | 305.0 ± 5.0 (3) | 303.0 (1) | +1.0 % (0) | {100 * sd_a:.1f} % | within |"
 
 
 def test_lr_bracket_compares_the_rates_on_their_shared_seeds():

@@ -117,12 +117,15 @@ def test_only_runs_the_named_labels_and_names_the_labels_when_none_matches(tmp_p
                       'RunConfig("toy", {"seed": 2, "train": train}, "other")')
     argv = ["run", str(path), "--executor", "debug", "--results-dir", str(tmp_path)]
     assert cli([*argv, "--only", "nope"]) == 2
-    assert "--only nope: no run of ops has that label or id; its labels: base, other" in capsys.readouterr().err
+    assert "--only nope: no run of ops has that label, id or FIELD=VALUE; its labels: base, other" in capsys.readouterr().err
     assert cli([*argv, "--only", "base"]) == 0
     assert [r["label"] for r in records(tmp_path, "ops").values()] == ["base"]
     third = cli_module.load_sweep(path).runs[2].run_id
     assert cli([*argv, "--only", third[:6]]) == 0  # a run id's first characters
     assert sorted(r["config"]["seed"] for r in records(tmp_path, "ops").values()) == [0, 2]
+    assert cli([*argv, "--only", "seed=1", "--dry-run"]) == 0  # a config field's value
+    assert "1 configs valid" in capsys.readouterr().out
+    assert cli([*argv, "--only", "seed=9"]) == 2
     capsys.readouterr()
     path = sweep_file(tmp_path, 'RunConfig("toy", {"seed": 0, "train": train}, "base")')  # the sweep shrinks
     assert cli(["status", str(path), "--results-dir", str(tmp_path)]) == 0

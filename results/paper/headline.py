@@ -7,6 +7,7 @@ rewrites the marked copies.
 """
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 
@@ -115,6 +116,35 @@ def lr_bracket(frame: pd.DataFrame) -> str:
         return "*No model has run at more than one learning rate yet.*"
     header = ["model", "seeds", *(f"lr {lr:g}" for lr in lrs)]
     return markdown_table(header, lines, ["---", "---"] + ["---:"] * len(lrs))
+
+
+def precision_table(bf16: pd.DataFrame, fp32: pd.DataFrame, metric: str = "best_val_ppl") -> str:
+    """Does bf16 autocast move a result? Per model, its ``metric`` under fp32 and under
+    bf16 (mean ± sd over seeds), the change on the seeds both ran (the same seed gives the
+    same initialisation and batches, so the pair isolates the precision), and the fp32
+    seed-to-seed spread it is judged against: "within" when the mean change is no larger
+    than one fp32 seed sd (both on log perplexity, as fractions). Best first under fp32."""
+    def ok(frame):
+        rows = frame[(frame["task"] == "wikitext2") & (frame["run_status"] == "ok")]
+        return {label: grp.set_index("seed")[metric] for label, grp in rows.groupby("label")}
+
+    low, high = ok(bf16), ok(fp32)
+    lines = []
+    for label in sorted(high, key=lambda m: high[m].mean()):
+        a = high[label]
+        b = low.get(label, pd.Series(dtype=float))
+        shared = sorted(set(a.index) & set(b.index))
+        sd = statistics.stdev([math.log(v) for v in a]) if len(a) > 1 else None
+        change = statistics.fmean(math.log(b[s] / a[s]) for s in shared) if shared else None
+        verdict = ("–" if change is None or sd is None else
+                   "within" if abs(change) <= sd else f"outside ({abs(change) / sd:.1f} sd)")
+        spread = (lambda v: f"{v.mean():.1f}" + (f" ± {v.std():.1f}" if len(v) > 1 else "") + f" ({len(v)})")
+        lines.append([label, spread(a), spread(b) if len(b) else "–",
+                      "–" if change is None else f"{_pct(math.expm1(change))} ({', '.join(map(str, shared))})",
+                      "–" if sd is None else f"{100 * sd:.1f} %", verdict])
+    header = ["model", f"fp32 {metric} (seeds)", f"bf16 {metric} (seeds)", "bf16 vs fp32, same seeds",
+              "fp32 seed sd", "change within 1 sd?"]
+    return markdown_table(header, lines, ["---", "---:", "---:", "---:", "---:", "---"])
 
 
 def published_gaps(published: pd.DataFrame, settings=("6L/128", "6L/256"), split: str = "validation") -> str:
@@ -232,7 +262,9 @@ TABLES = {"wikitext2_cpu": ("wikitext2_cpu", lm_table),
           "mad_cpu": ("mad_cpu", mad_table),
           "mad_cpu_agreement": ("mad_cpu", lambda frame: mad_agreement(frame, read_published())),
           "mad_cpu_reach": ("mad_cpu", mad_reach),
-          "mad_cpu_changes": ("mad_cpu", mad_changes)}
+          "mad_cpu_changes": ("mad_cpu", mad_changes),
+          "wikitext2_bf16_cpu": ("wikitext2_bf16_cpu",
+                                 lambda frame: precision_table(frame, records_frame(load_records(REFERENCE / "wikitext2_cpu"))))}
 
 
 def reference_sweeps() -> list[str]:

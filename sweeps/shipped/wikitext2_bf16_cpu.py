@@ -4,10 +4,13 @@ The same configs as ``wikitext2_cpu`` (every mixer and the two hybrids, paramete
 800k training tokens, seeds 0-2) with ``train.precision = "bf16"``: the fp32 records of
 that sweep are the other half of the comparison, and their three seeds give the spread a
 precision change must stay within before a local sweep may use bf16. Seed 0 first
-(``--only`` a label, or the whole sweep for every seed). On a CPU with AMX a bf16 step is
-1.3 to 2.5 times faster than fp32 (docs/performance.md measures it per mixer).
+(``--only seed=0``), then the whole sweep for every seed; docs/results.md sets each model's
+change beside that spread. At this width bf16 autocast buys little time even on a CPU
+with AMX (0.92x to 1.37x a training step, per mixer, in docs/performance.md): the question
+here is only whether it moves a result.
 
-    linbench run wikitext2_bf16_cpu --parallel 2 --threads 1 && linbench report wikitext2_bf16_cpu
+    linbench run wikitext2_bf16_cpu --only seed=0 --parallel 2 --threads 1
+    linbench headline --write docs/results.md
 """
 from sweeps import RunConfig
 from sweeps.shipped.wikitext2_cpu import configs as fp32_configs
