@@ -30,7 +30,7 @@ from tasks.published import PUBLISHED
 
 from .hints import Hints
 from .launch import FINAL, launch
-from .ledger import cancel, in_flight, never_starts, read_ledger, waiting_reasons
+from .ledger import cancel, in_flight, never_starts, read_ledger, sent_with, waiting_reasons
 from .spec import SweepError, load_sweep
 from .views import ago, distinguishing, only, outcome, time_left
 
@@ -87,9 +87,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--dry-run", action="store_true", help="validate and list what would run, run nothing")
     run.add_argument("--threads", type=_positive(int), help="torch threads per run (default: the cores it is "
                      "given: --cpus-per-task on Slurm, cores / --parallel locally); recorded")
-    run.add_argument("--only", action="extend", nargs="+", metavar="LABEL", help="run only the runs of these "
-                     "labels (or run ids, or their first characters, or FIELD=VALUE of their configs: seed=0, "
-                     "train.lr=0.001); repeatable, e.g. the baseline first")
+    run.add_argument("--only", action="append", metavar="LABEL", help="run only the runs of this label (or "
+                     "run id, or its first characters, or FIELD=VALUE of their configs: seed=0, train.lr=1e-3); "
+                     "repeatable, e.g. the baseline first")
     run.add_argument("--rerun-diverged", action="store_true",
                      help="run diverged runs again (by default a diverged run is final)")
     s = run.add_argument_group("slurm")
@@ -161,11 +161,11 @@ def run_options(run_verb: argparse.ArgumentParser, args) -> tuple[str, ...]:
         flag = action.option_strings[-1]  # the long form
         if isinstance(action, argparse._StoreTrueAction):
             words.append(flag)
-        elif isinstance(action, argparse._AppendAction):
-            for item in value:
-                words += [flag, "=".join(map(str, item)) if isinstance(item, tuple) else str(item)]
-        else:
-            words += [flag, str(value)]
+            continue
+        for item in value if isinstance(action, argparse._AppendAction) else [value]:
+            text = "=".join(map(str, item)) if isinstance(item, tuple) else str(item)
+            # "--setup --version" would read as two options: "--setup=--version" cannot
+            words += [f"{flag}={text}"] if text.startswith("-") else [flag, text]
     return tuple(words)
 
 
@@ -241,10 +241,13 @@ def _detail(args, sweep, run, status: str, rec: dict, progress: dict | None, rea
     if status == "lost":
         at = progress.get("checkpoint_step")
         ckpt = workdir_for(args.results_dir, sweep.name, run.run_id) / "checkpoint.pt"
+        # the rerun goes where the run was sent (executor and options of its ledger entry)
+        rerun = args.hints.rerun([run.run_id], sent_with(read_ledger(args.results_dir, sweep.name).get(run.run_id, {})))
         detail.append("- its process died without a record; "
                       + (f"{'its checkpoint' if at is None else f'the checkpoint of step {at}'} is kept and "
-                         f"`{args.hints.rerun([run.run_id])}` resumes from it" if ckpt.exists() else
-                         f"no checkpoint: `{args.hints.rerun([run.run_id])}` starts it again"))
+                         f"`{rerun}` resumes from it" if ckpt.exists() else f"no checkpoint: `{rerun}` starts it again"))
+    if status == "unknown":
+        detail.append("(squeue did not answer: its Slurm job may still be queued or running)")
     if reason:
         detail.append(f"(Slurm: {reason}"
                       + (f"; Slurm will not start it as submitted: `{args.hints.command('cancel')}`, "
@@ -340,7 +343,7 @@ def cmd_cancel(args, sweep) -> int:
     ledger = read_ledger(args.results_dir, sweep.name)
     sent = collections.defaultdict(list)
     for rid in done:
-        sent[tuple(ledger.get(rid, {}).get("options", ()))].append(rid)
+        sent[sent_with(ledger.get(rid, {}))].append(rid)
     for options, rids in sent.items():
         print(f"`{args.hints.rerun(sorted(rids), options)}` resumes {'it' if len(rids) == 1 else 'them'}")
     return 0

@@ -145,11 +145,13 @@ class RunJob(submitit.helpers.Checkpointable):
     """What a submitit job runs. ``checkpoint`` (inherited) resubmits the job as is: all
     its progress lives in the run's workdir, where the task resumes from."""
 
+    hints: Hints | None = None  # a job pickled before jobs carried hints has none
+
     def __init__(self, run: RunConfig, sweep: str, results_dir: str | Path, executor: str,
                  threads: int | None = None, log: str | None = None, hints: Hints | None = None):
         self.run, self.sweep, self.results_dir = run, sweep, str(Path(results_dir).resolve())
         self.executor, self.threads, self.log = executor, threads, log
-        self.hints = hints or Hints(sweep)  # the commands its log's last line names
+        self.hints = hints  # the commands its log's last line names
         self.run_fn = tasks.TASKS[run.task][1]
         self.submitted = time.time()  # a `linbench cancel` after this stops the job
 
@@ -180,9 +182,10 @@ class RunJob(submitit.helpers.Checkpointable):
 
     def _last_word(self, status: str, hint: str | None = None) -> None:
         hint = JOB_LOG_HINTS.get(status, "") if hint is None else hint
+        hints = self.hints or Hints(self.sweep)
         print(f"[linbench] run {self.run.run_id} ({self.run.name}): {status}"
-              + hint.format(logs=self.hints.command("logs", self.run.run_id),
-                            rerun=self.hints.rerun([self.run.run_id])), flush=True)
+              + hint.format(logs=hints.command("logs", self.run.run_id), rerun=hints.rerun([self.run.run_id])),
+              flush=True)
 
 
 def log_status(run: RunConfig, status: str, log) -> str:

@@ -19,6 +19,7 @@ import fcntl
 import getpass
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -33,13 +34,15 @@ PENDING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"
 # squeue reasons of a pending job that Slurm will not start as submitted: it asks for more
 # than the partition, account or QOS allows (more CPUs than a node has: PartitionConfig).
 # Any other reason (Resources, Priority, BeginTime after a requeue ...) waits its turn.
-NEVER = {"PartitionConfig", "BadConstraints", "PartitionNodeLimit", "PartitionTimeLimit",
-         "AccountNotAllowed", "QOSNotAllowed", "InvalidAccount", "InvalidQOS", "DependencyNeverSatisfied"}
-NEVER_PREFIXES = ("AssocMax", "QOSMax")  # a per-job limit of the association or QOS
+# (PartitionNodeLimit is not one: it also means the nodes it needs are down for now; nor are
+# the per-user and aggregate limits, which clear as other jobs end.)
+NEVER = {"PartitionConfig", "BadConstraints", "PartitionTimeLimit", "AccountNotAllowed", "QOSNotAllowed",
+         "InvalidAccount", "InvalidQOS", "DependencyNeverSatisfied"}
 
 
 def never_starts(reason: str) -> bool:
-    return reason in NEVER or reason.startswith(NEVER_PREFIXES)
+    per_job = reason.startswith(("AssocMax", "QOSMax")) and "PerJob" in reason  # a per-job limit
+    return reason in NEVER or per_job
 
 
 def ledger_path(results_dir, sweep: str) -> Path:
@@ -68,6 +71,14 @@ def record_submissions(results_dir, sweep: str, entries: dict) -> None:
         tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
         tmp.write_text(json.dumps(ledger, indent=1, sort_keys=True))
         os.replace(tmp, path)
+
+
+def sent_with(entry: dict) -> tuple[str, ...]:
+    """The `linbench run` options that sent a ledger entry's job; for an entry written
+    before they were kept, its executor alone (so a resumed Slurm run stays on Slurm)."""
+    if "options" in entry:
+        return tuple(entry["options"])
+    return ("--executor", entry["executor"]) if entry.get("executor", "local") != "local" else ()
 
 
 def is_running(workdir: Path) -> bool:
@@ -120,8 +131,11 @@ def waiting_reasons(results_dir, sweep: str, run_ids) -> dict[str, str]:
 
 
 def in_flight(results_dir, sweep: str, run_ids=()) -> dict[str, str]:
-    """{run_id: "running" | "queued"} for every run of the ledger, or of ``run_ids``,
-    that is in flight (a run started by any executor holds its workdir's lock)."""
+    """{run_id: "running" | "queued" | "unknown"} for every run of the ledger, or of
+    ``run_ids``, that is (or may be) in flight: a run started by any executor holds its
+    workdir's lock; a Slurm job squeue knows is queued or running; and where squeue is
+    there but does not answer, a Slurm run without a lock is "unknown" (a job on another
+    node may be training it), so that nothing resubmits it or calls it lost meanwhile."""
     ledger = read_ledger(results_dir, sweep)
     out = {rid: "running" for rid in {*ledger, *run_ids}
            if is_running(workdir_for(results_dir, sweep, rid))}
@@ -129,9 +143,11 @@ def in_flight(results_dir, sweep: str, run_ids=()) -> dict[str, str]:
              if e.get("executor") == "slurm" and rid not in out}
     states = slurm_states(slurm.values()) if slurm else {}
     for rid, job in slurm.items():
-        state = (states or {}).get(job)
-        if state is not None:
-            out[rid] = "queued" if state in PENDING else "running"
+        if states is None:
+            if shutil.which("squeue"):  # no squeue at all: off the cluster, no job to ask about
+                out[rid] = "unknown"
+        elif job in states:
+            out[rid] = "queued" if states[job] in PENDING else "running"
     return out
 
 
@@ -151,6 +167,9 @@ def cancel(results_dir, sweep: str, log=print) -> dict[str, str]:
     ledger, done = read_ledger(results_dir, sweep), {}
     for rid, state in in_flight(results_dir, sweep).items():
         entry = ledger[rid]
+        if state == "unknown":
+            log(f"  {rid}  {state:<8} not cancelled: squeue did not answer (job {entry['job_id']})")
+            continue
         if entry.get("executor") == "slurm":
             cmd = ["scancel", entry["job_id"]] if state == "queued" else \
                 ["scancel", "--signal=USR1", entry["job_id"]]

@@ -2,6 +2,7 @@
 it by label, and the training time it has left."""
 from __future__ import annotations
 
+import ast
 import collections
 import dataclasses
 
@@ -62,10 +63,10 @@ def only(sweep, keys: list[str] | None):
     if not keys:
         return sweep
     def named(run, key):
-        field, is_field, value = key.partition("=")
-        if is_field:
-            return field in (flat := _flatten(canonical(run.config))) and str(flat[field]) == value
-        return run.name == key or run.run_id.startswith(key)
+        if run.name == key or run.run_id.startswith(key):
+            return True
+        field, is_field, value = key.partition("=")  # a label may hold "=" too: tried first
+        return is_field and field in (flat := _flatten(canonical(run.config))) and _same(flat[field], value)
 
     unknown = [k for k in keys if not any(named(r, k) for r in sweep.runs)]
     if unknown:
@@ -73,6 +74,15 @@ def only(sweep, keys: list[str] | None):
         raise SweepError(f"--only {', '.join(unknown)}: no run of {sweep.name} has that label, id or FIELD=VALUE; "
                          f"its labels: {labels}")
     return dataclasses.replace(sweep, runs=[r for r in sweep.runs if any(named(r, k) for k in keys)])
+
+
+def _same(value, text: str) -> bool:
+    """Whether a config value is the one ``text`` writes: 1e-3 is 0.001, true is True."""
+    try:
+        parsed = ast.literal_eval({"true": "True", "false": "False", "null": "None"}.get(text, text))
+    except (ValueError, SyntaxError):
+        parsed = text
+    return parsed == value or str(value) == text
 
 
 def _config_codes(runs) -> np.ndarray:
@@ -135,6 +145,6 @@ def time_left(sweep, states: dict[str, str], heartbeats: dict[str, dict], walls:
         else:
             how["unknown (nothing finished yet), not counted"] += 1
     if len(how) == 1 and seconds == 0 and "unknown (nothing finished yet), not counted" in how:
-        return f"left: {len(todo)} run(s), time unknown: nothing has finished or reported progress yet"
+        return f"left: {len(todo)} run(s), time unknown: no run has finished or reported an ETA yet"
     return (f"left: {len(todo)} run(s), about {ago(seconds)} of training summed over runs ("
             + ", ".join(f"{n} {what}" for what, n in how.items()) + ")")

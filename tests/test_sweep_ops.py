@@ -19,7 +19,8 @@ import pytest
 from sweeps import cli as cli_module
 from sweeps.cli import main as cli
 from results.layout import workdir_for
-from sweeps.ledger import is_running, read_ledger
+from sweeps import ledger as ledger_module
+from sweeps.ledger import is_running, never_starts, read_ledger, record_submissions
 from sweeps.views import time_left
 from sweeps.slurm import signal_lead, slurm_parameters
 from tasks.engine.progress import write_progress
@@ -147,7 +148,7 @@ def test_time_left_uses_a_heartbeat_else_the_nearest_finished_runs_and_says_whic
                     "label, 1 by heartbeat ETA, 1 by finished runs of other labels (rough))")
     states[c1.run_id] = "diverged"  # final: not run again, not counted
     line = time_left(sweep, states, {}, {})
-    assert line == "left: 2 run(s), time unknown: nothing has finished or reported progress yet"
+    assert line == "left: 2 run(s), time unknown: no run has finished or reported an ETA yet"
     # minutes read as minutes (ETAs 1:40 and 0:39), not as "0.0 h"
     line = time_left(sweep, states, {a3.run_id: {"eta_s": 100.0}, b1.run_id: {"eta_s": 39.0}}, {})
     assert line == "left: 2 run(s), about 2 min of training summed over runs (2 by heartbeat ETA)"
@@ -350,3 +351,66 @@ def test_threads_per_run_default_to_the_cores_given_and_are_recorded(tmp_path):
     (one,), (default,) = (records(tmp_path / d, "ops").values() for d in ("a", "b"))
     assert one["provenance"]["threads"] == one["metrics"]["threads"] == 1
     assert default["provenance"]["threads"] == max(1, os.cpu_count() or 1)
+
+
+def test_only_a_pending_reason_that_cannot_clear_is_called_never():
+    assert never_starts("PartitionConfig") and never_starts("QOSMaxWallDurationPerJobLimit")
+    assert never_starts("AssocMaxCpuPerJobLimit")
+    # per-user and aggregate limits clear as other jobs end; down nodes come back
+    for reason in ("Resources", "Priority", "BeginTime", "QOSMaxJobsPerUserLimit", "AssocMaxJobsLimit",
+                   "QOSGrpCpuLimit", "PartitionNodeLimit"):
+        assert not never_starts(reason), reason
+
+
+def test_a_lost_run_resumes_where_it_was_sent_and_an_unanswered_squeue_is_not_lost(tmp_path, capsys, monkeypatch):
+    path = sweep_file(tmp_path, 'RunConfig("toy", {"seed": 0, "train": train}, "new")',
+                      'RunConfig("toy", {"seed": 1, "train": train}, "old")')
+    new, old = (r.run_id for r in cli_module.load_sweep(path).runs)
+    for rid in (new, old):
+        workdir = workdir_for(tmp_path, "ops", rid)
+        workdir.mkdir(parents=True)
+        write_progress(workdir / "progress.json", {"status": "running", "step": 2, "steps": 8, "updated": time.time()})
+    # sent to Slurm with options; and an entry from before the options were kept
+    record_submissions(tmp_path, "ops", {
+        new: {"executor": "slurm", "job_id": "7", "options": ["--executor", "slurm", "--cpus-per-task", "2"]},
+        old: {"executor": "slurm", "job_id": "8"}})
+    monkeypatch.setattr(ledger_module, "slurm_states", lambda ids: {})  # squeue knows neither job: lost
+    base = ["--results-dir", str(tmp_path)]
+    cli(["status", str(path), *base])
+    out = capsys.readouterr().out
+    assert f"`linbench run {path} --executor slurm --cpus-per-task 2 --only {new} --results-dir {tmp_path}`" in out
+    assert f"`linbench run {path} --executor slurm --only {old} --results-dir {tmp_path}`" in out
+    # squeue there but silent: the jobs may be training on another node
+    monkeypatch.setattr(ledger_module, "slurm_states", lambda ids: None)
+    monkeypatch.setattr(ledger_module.shutil, "which", lambda name: f"/usr/bin/{name}")
+    cli(["status", str(path), *base])
+    out = capsys.readouterr().out
+    assert "2 unknown" in out and " lost " not in out and "squeue did not answer" in out
+    assert cli(["run", str(path), "--executor", "debug", *base]) == 1  # and nothing is run twice
+    assert "2 in flight" in capsys.readouterr().out and not records(tmp_path, "ops")
+
+
+def test_only_takes_labels_with_an_equals_sign_and_field_values_as_written(tmp_path, capsys):
+    path = sweep_file(tmp_path, 'RunConfig("toy", {"seed": 0, "train": train}, "grassmann eps=1e-8")',
+                      'RunConfig("toy", {"seed": 1, "train": {**train, "lr": 0.02}}, "other")')
+    argv = ["run", str(path), "--dry-run", "--results-dir", str(tmp_path)]
+    for key in ("grassmann eps=1e-8", "train.lr=1e-2", "seed=0"):
+        assert cli([*argv, "--only", key]) == 0
+        assert "1 configs valid" in capsys.readouterr().out, key
+
+
+def test_printed_options_that_start_with_a_dash_keep_their_value(tmp_path):
+    p = cli_module.parser()
+    args = p.parse_args(["run", "s", "--setup=--version", "--setup", "module load x", "--slurm-arg", "exclude=n3"])
+    words = cli_module.run_options(p.run_verb, args)
+    assert words == ("--setup=--version", "--setup", "module load x", "--slurm-arg", "exclude=n3")
+    again = p.parse_args(["run", "s", *words])
+    assert again.setup == args.setup and again.slurm_arg == args.slurm_arg
+
+
+def test_a_job_pickled_before_jobs_carried_hints_still_says_its_last_word(tmp_path, capsys):
+    from sweeps.jobs import RunJob
+    job = RunJob(toy("x"), "ops", tmp_path, "slurm")
+    del job.__dict__["hints"]  # as unpickled from an older version
+    job._last_word("cancelled")
+    assert "`linbench run ops --only" in capsys.readouterr().out

@@ -124,22 +124,24 @@ def precision_table(bf16: pd.DataFrame, fp32: pd.DataFrame, metric: str = "best_
     same initialisation and batches, so the pair isolates the precision), and the fp32
     seed-to-seed spread it is judged against: "within" when the mean change is no larger
     than one fp32 seed sd (both on log perplexity, as fractions). Best first under fp32."""
-    def ok(frame):
+    def ok(frame):  # {label: the metric by seed} (a seed run twice: their mean)
         rows = frame[(frame["task"] == "wikitext2") & (frame["run_status"] == "ok")]
-        return {label: grp.set_index("seed")[metric] for label, grp in rows.groupby("label")}
+        return {label: grp.groupby("seed")[metric].mean() for label, grp in rows.groupby("label")}
 
     low, high = ok(bf16), ok(fp32)
+    empty = pd.Series(dtype=float)
     lines = []
-    for label in sorted(high, key=lambda m: high[m].mean()):
-        a = high[label]
-        b = low.get(label, pd.Series(dtype=float))
+    # best first under fp32; a model run in bf16 alone comes last
+    for label in sorted({*high, *low}, key=lambda m: (m not in high, high.get(m, empty).mean(), m)):
+        a, b = high.get(label, empty), low.get(label, empty)
         shared = sorted(set(a.index) & set(b.index))
         sd = statistics.stdev([math.log(v) for v in a]) if len(a) > 1 else None
         change = statistics.fmean(math.log(b[s] / a[s]) for s in shared) if shared else None
-        verdict = ("–" if change is None or sd is None else
-                   "within" if abs(change) <= sd else f"outside ({abs(change) / sd:.1f} sd)")
-        spread = (lambda v: f"{v.mean():.1f}" + (f" ± {v.std():.1f}" if len(v) > 1 else "") + f" ({len(v)})")
-        lines.append([label, spread(a), spread(b) if len(b) else "–",
+        verdict = ("–" if change is None or sd is None else "within" if abs(change) <= sd else
+                   "outside" + (f" ({abs(change) / sd:.1f} sd)" if sd > 0 else ""))
+        spread = (lambda v: "–" if v.empty else
+                  f"{v.mean():.1f}" + (f" ± {v.std():.1f}" if len(v) > 1 else "") + f" ({len(v)})")
+        lines.append([label, spread(a), spread(b),
                       "–" if change is None else f"{_pct(math.expm1(change))} ({', '.join(map(str, shared))})",
                       "–" if sd is None else f"{100 * sd:.1f} %", verdict])
     header = ["model", f"fp32 {metric} (seeds)", f"bf16 {metric} (seeds)", "bf16 vs fp32, same seeds",
