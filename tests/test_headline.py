@@ -86,15 +86,15 @@ def test_precision_table_pairs_seeds_and_judges_the_change_against_the_fp32_spre
     bf16 = pd.DataFrame(runs("a", {0: 303.0}) + runs("b", {0: 290.0, 1: 291.0}) + runs("d", {0: 100.0})
                         + runs("e", {0: 201.0}))
     lines = precision_table(bf16, fp32).splitlines()
-    assert lines[2] == "| e | 200.0 ± 0.0 (2) | 201.0 (1) | +0.5 % (0) | 0.0 % | outside |"  # no spread: any change is out
+    assert lines[2] == "| e | 200.0 ± 0.0 (2) | 201.0 (1) | +0.50 % (0) | 0.00 % | outside |"  # no spread: any change is out
     lines = lines[:2] + lines[3:]
     sd_a = np.std(np.log([300.0, 310.0, 305.0]), ddof=1)  # 1.6 %: a +1.0 % change is within it
     sd_b = np.std(np.log([280.0, 281.0, 282.0]), ddof=1)  # 0.4 %: b's +3.6 % (seeds 0 and 1) is not
     change_b = np.mean(np.log([290.0 / 280.0, 291.0 / 281.0]))
-    assert lines[2] == f"| b | 281.0 ± 1.0 (3) | 290.5 ± 0.7 (2) | +{100 * np.expm1(change_b):.1f} % (0, 1) | " \
-                       f"{100 * sd_b:.1f} % | outside ({change_b / sd_b:.1f} sd) |"
+    assert lines[2] == f"| b | 281.0 ± 1.0 (3) | 290.5 ± 0.7 (2) | +{100 * np.expm1(change_b):.2f} % (0, 1) | " \
+                       f"{100 * sd_b:.2f} % | outside ({change_b / sd_b:.1f} sd) |"
     assert lines[3] == "| c | 290.0 (1) | – | – | – | – |"  # no bf16 run, one fp32 seed: nothing to judge
-    assert lines[4] == f"| a | 305.0 ± 5.0 (3) | 303.0 (1) | +1.0 % (0) | {100 * sd_a:.1f} % | within |"
+    assert lines[4] == f"| a | 305.0 ± 5.0 (3) | 303.0 (1) | +1.00 % (0) | {100 * sd_a:.2f} % | within |"
     assert lines[5] == "| d | – | 100.0 (1) | – | – | – |"  # run in bf16 alone: listed last, nothing to judge
 
 

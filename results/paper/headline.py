@@ -141,9 +141,11 @@ def precision_table(bf16: pd.DataFrame, fp32: pd.DataFrame, metric: str = "best_
                    "outside" + (f" ({abs(change) / sd:.1f} sd)" if sd > 0 else ""))
         spread = (lambda v: "–" if v.empty else
                   f"{v.mean():.1f}" + (f" ± {v.std():.1f}" if len(v) > 1 else "") + f" ({len(v)})")
+        # two decimals: a precision change is often a few hundredths of a per cent
         lines.append([label, spread(a), spread(b),
-                      "–" if change is None else f"{_pct(math.expm1(change))} ({', '.join(map(str, shared))})",
-                      "–" if sd is None else f"{100 * sd:.1f} %", verdict])
+                      "–" if change is None else
+                      f"{100 * math.expm1(change):+.2f} % ({', '.join(map(str, shared))})".replace("-", "−"),
+                      "–" if sd is None else f"{100 * sd:.2f} %", verdict])
     header = ["model", f"fp32 {metric} (seeds)", f"bf16 {metric} (seeds)", "bf16 vs fp32, same seeds",
               "fp32 seed sd", "change within 1 sd?"]
     return markdown_table(header, lines, ["---", "---:", "---:", "---:", "---:", "---"])
