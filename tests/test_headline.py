@@ -7,7 +7,7 @@ import pandas as pd
 from results.paper.findings import (gap_placement, mad_agreement, mad_reach, mqar_best, mqar_reach, reach_shares,
                               zoology_findings)
 from results.paper.headline import (lm_table, lr_bracket, mad_changes, mad_table, mqar_table, precision_table,
-                                    published_gaps)
+                                    precision_verdict, published_gaps)
 from results.stats import gap_interval
 from tasks.mqar.data import key_distances, mqar_examples
 
@@ -96,6 +96,15 @@ def test_precision_table_pairs_seeds_and_judges_the_change_against_the_fp32_spre
     assert lines[3] == "| c | 290.0 (1) | – | – | – | – |"  # no bf16 run, one fp32 seed: nothing to judge
     assert lines[4] == f"| a | 305.0 ± 5.0 (3) | 303.0 (1) | +1.00 % (0) | {100 * sd_a:.2f} % | within |"
     assert lines[5] == "| d | – | 100.0 (1) | – | – | – |"  # run in bf16 alone: listed last, nothing to judge
+    # the sentence judges a, b and e (c and d ran in one precision only); b moves most
+    verdict = precision_verdict(bf16, fp32)
+    assert verdict.startswith("Under bf16 autocast, on seeds 0, 1: 1 of 3 models move their best validation "
+                              f"perplexity by no more than one fp32 seed sd; the largest change is "
+                              f"+{100 * np.expm1(change_b):.2f} % (b, {change_b / sd_b:.1f} sd)")
+    # on the seeds both ran: a 300 -> 303 (seed 0), b 280.5 -> 290.5, e 200 -> 201: no pair swaps
+    assert verdict.endswith("; 0 of 3 pairs of models change order.")
+    swapped = precision_verdict(pd.DataFrame(runs("a", {0: 303.0}) + runs("b", {0: 305.0})), fp32)
+    assert swapped.endswith("; 1 of 1 pairs of models change order (b / a).")
 
 
 def test_lr_bracket_compares_the_rates_on_their_shared_seeds():

@@ -118,37 +118,70 @@ def lr_bracket(frame: pd.DataFrame) -> str:
     return markdown_table(header, lines, ["---", "---"] + ["---:"] * len(lrs))
 
 
-def precision_table(bf16: pd.DataFrame, fp32: pd.DataFrame, metric: str = "best_val_ppl") -> str:
-    """Does bf16 autocast move a result? Per model, its ``metric`` under fp32 and under
-    bf16 (mean ± sd over seeds), the change on the seeds both ran (the same seed gives the
-    same initialisation and batches, so the pair isolates the precision), and the fp32
-    seed-to-seed spread it is judged against: "within" when the mean change is no larger
-    than one fp32 seed sd (both on log perplexity, as fractions). Best first under fp32."""
+def _precision_rows(bf16: pd.DataFrame, fp32: pd.DataFrame, metric: str) -> list[dict]:
+    """Per model (best first under fp32; a model run in bf16 alone last): its ``metric``
+    by seed in each precision, the seeds both ran, the mean change over those seeds and the
+    fp32 seed sd, both on the log of the metric (None where there is nothing to read)."""
     def ok(frame):  # {label: the metric by seed} (a seed run twice: their mean)
         rows = frame[(frame["task"] == "wikitext2") & (frame["run_status"] == "ok")]
         return {label: grp.groupby("seed")[metric].mean() for label, grp in rows.groupby("label")}
 
     low, high = ok(bf16), ok(fp32)
     empty = pd.Series(dtype=float)
-    lines = []
-    # best first under fp32; a model run in bf16 alone comes last
+    rows = []
     for label in sorted({*high, *low}, key=lambda m: (m not in high, high.get(m, empty).mean(), m)):
         a, b = high.get(label, empty), low.get(label, empty)
         shared = sorted(set(a.index) & set(b.index))
-        sd = statistics.stdev([math.log(v) for v in a]) if len(a) > 1 else None
-        change = statistics.fmean(math.log(b[s] / a[s]) for s in shared) if shared else None
+        rows.append({"label": label, "fp32": a, "bf16": b, "shared": shared,
+                     "sd": statistics.stdev([math.log(v) for v in a]) if len(a) > 1 else None,
+                     "change": statistics.fmean(math.log(b[s] / a[s]) for s in shared) if shared else None})
+    return rows
+
+
+def precision_table(bf16: pd.DataFrame, fp32: pd.DataFrame, metric: str = "best_val_ppl") -> str:
+    """Does bf16 autocast move a result? Per model, its ``metric`` under fp32 and under
+    bf16 (mean ± sd over seeds), the change on the seeds both ran (the same seed gives the
+    same initialisation and batches, so the pair isolates the precision), and the fp32
+    seed-to-seed spread it is judged against: "within" when the mean change is no larger
+    than one fp32 seed sd (both on log perplexity, as fractions). Best first under fp32."""
+    lines = []
+    for row in _precision_rows(bf16, fp32, metric):
+        change, sd = row["change"], row["sd"]
         verdict = ("–" if change is None or sd is None else "within" if abs(change) <= sd else
                    "outside" + (f" ({abs(change) / sd:.1f} sd)" if sd > 0 else ""))
         spread = (lambda v: "–" if v.empty else
                   f"{v.mean():.1f}" + (f" ± {v.std():.1f}" if len(v) > 1 else "") + f" ({len(v)})")
         # two decimals: a precision change is often a few hundredths of a per cent
-        lines.append([label, spread(a), spread(b),
+        lines.append([row["label"], spread(row["fp32"]), spread(row["bf16"]),
                       "–" if change is None else
-                      f"{100 * math.expm1(change):+.2f} % ({', '.join(map(str, shared))})".replace("-", "−"),
+                      f"{100 * math.expm1(change):+.2f} % ({', '.join(map(str, row['shared']))})".replace("-", "−"),
                       "–" if sd is None else f"{100 * sd:.2f} %", verdict])
     header = ["model", f"fp32 {metric} (seeds)", f"bf16 {metric} (seeds)", "bf16 vs fp32, same seeds",
               "fp32 seed sd", "change within 1 sd?"]
     return markdown_table(header, lines, ["---", "---:", "---:", "---:", "---:", "---"])
+
+
+def precision_verdict(bf16: pd.DataFrame, fp32: pd.DataFrame, metric: str = "best_val_ppl") -> str:
+    """One sentence over ``precision_table``'s models: how many changed by no more than
+    their fp32 seed sd, the largest change, and whether any two models swap places (on
+    their means over the seeds both precisions ran)."""
+    rows = [r for r in _precision_rows(bf16, fp32, metric) if r["change"] is not None and r["sd"] is not None]
+    if not rows:
+        return "*No model has run in both precisions yet.*"
+    within = [r for r in rows if abs(r["change"]) <= r["sd"]]
+    top = max(rows, key=lambda r: abs(r["change"]))
+    mean = {p: {r["label"]: statistics.fmean(r[p][s] for s in r["shared"]) for r in rows} for p in ("fp32", "bf16")}
+    pairs = [(x["label"], y["label"]) for i, x in enumerate(rows) for y in rows[i + 1:]]
+    swapped = [f"{x} / {y}" for x, y in pairs
+               if (mean["fp32"][x] < mean["fp32"][y]) != (mean["bf16"][x] < mean["bf16"][y])]
+    seeds = sorted({s for r in rows for s in r["shared"]})
+    largest = f"{100 * math.expm1(top['change']):+.2f} %".replace("-", "−")
+    ratio = f"{abs(top['change']) / top['sd']:.1f} sd" if top["sd"] > 0 else "no fp32 spread"
+    name = {"best_val_ppl": "best validation perplexity"}.get(metric, metric)
+    return (f"Under bf16 autocast, on seeds {', '.join(map(str, seeds))}: {len(within)} of {len(rows)} models "
+            f"move their {name} by no more than one fp32 seed sd; the largest change is {largest} "
+            f"({top['label']}, {ratio}); {len(swapped)} of {len(pairs)} pairs of models change order"
+            + (f" ({', '.join(swapped)})." if swapped else "."))
 
 
 def published_gaps(published: pd.DataFrame, settings=("6L/128", "6L/256"), split: str = "validation") -> str:
@@ -267,8 +300,13 @@ TABLES = {"wikitext2_cpu": ("wikitext2_cpu", lm_table),
           "mad_cpu_agreement": ("mad_cpu", lambda frame: mad_agreement(frame, read_published())),
           "mad_cpu_reach": ("mad_cpu", mad_reach),
           "mad_cpu_changes": ("mad_cpu", mad_changes),
-          "wikitext2_bf16_cpu": ("wikitext2_bf16_cpu",
-                                 lambda frame: precision_table(frame, records_frame(load_records(REFERENCE / "wikitext2_cpu"))))}
+          "wikitext2_bf16_cpu": ("wikitext2_bf16_cpu", lambda frame: precision_table(frame, _fp32_lm())),
+          "wikitext2_bf16_cpu_verdict": ("wikitext2_bf16_cpu", lambda frame: precision_verdict(frame, _fp32_lm()))}
+
+
+def _fp32_lm() -> pd.DataFrame:
+    """The fp32 records the bf16 sweep is compared with (wikitext2_cpu's)."""
+    return records_frame(load_records(REFERENCE / "wikitext2_cpu"))
 
 
 def reference_sweeps() -> list[str]:
