@@ -13,7 +13,9 @@ here is only whether it moves a result.
     linbench headline --write docs/results.md
 """
 from sweeps import RunConfig
-from sweeps.shipped.wikitext2_cpu import configs as fp32_configs
+from sweeps.spec import load_sweep
 
+# the fp32 sweep's file read afresh, as `linbench` reads it (a cached import of its module
+# would keep whatever the process had changed since it was first imported)
 configs = [RunConfig(run.task, run.config.replace(train=run.config.train.replace(precision="bf16")), run.label)
-           for run in fp32_configs]
+           for run in load_sweep("wikitext2_cpu").runs]
