@@ -296,7 +296,7 @@ def test_the_cpu_sweep_is_zoologys_grid_scaled_down():
     assert all(o % 2 for o in odd.mixer_options["offsets"]) and len(odd.mixer_options["offsets"]) == 6
     mlp = next(r.config for r in runs if r.label == "grassmann+mlp").model
     assert mlp.ffn_width == 4 * mlp.d_model and next(r.config for r in runs if r.label == "grassmann").model.ffn_width == 0
-    rows = [r for r in runs if r.label not in local]
+    rows = [r for r in runs if r.label not in local and r.config.seed == 0]
     assert len(rows) - len(control) == per_point * len(CPU_GRID["points"]) * (len(labels) - len(local) - 1)
     assert len(CPU_GRID["points"]) >= 3 and len(CPU_GRID["d_model"]) >= 2
     for key in ("power_a", "num_train_examples"):  # defaults or Zoology's, never redefined
@@ -307,3 +307,9 @@ def test_the_cpu_sweep_is_zoologys_grid_scaled_down():
     assert window.model.mixer_options["window"] == 16 and window.model.positions == "learned"
     by_point = {(r.config.seq_len, r.config.train.steps) for r in runs}
     assert by_point == {(p["seq_len"], p["train"]["steps"]) for p in CPU_GRID["points"]}
+    # extra seeds: 1 and 2 at each named point, at one rate of the grid, the rest of the config unchanged
+    seeded = [r for r in runs if r.config.seed != 0]
+    points = {(r.label, r.config.seq_len, r.config.model.d_model) for r in seeded}
+    assert {r.config.seed for r in seeded} == {1, 2} and len(seeded) == 2 * len(points) >= 8
+    for r in seeded:
+        assert r.config.replace(seed=0) in [q.config for q in runs if q.label == r.label]

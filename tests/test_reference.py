@@ -123,3 +123,39 @@ def test_committed_exports_are_their_records(table, tmp_path):
     from results.records import export_csv
     fresh = export_csv(records_frame(load_records(table.parent)), tmp_path / "runs.csv")
     assert fresh.read_text() == table.read_text()
+
+
+# Which way each task's score is better: a point's extra seeds run at its best rate by this.
+BETTER = {"mqar": ("accuracy", max), "wikitext2": ("best_val_ppl", min)}
+
+
+@pytest.mark.parametrize("folder", [f for f in REPORTS if f.name in ("mqar_cpu", "wikitext2_6L_cpu")],
+                         ids=lambda p: p.name)
+def test_extra_seeds_run_at_the_best_rate_of_seed_0(folder, tmp_path, monkeypatch):
+    """A sweep that runs a point's bracket of learning rates at seed 0 and more seeds at
+    its best names that rate in the file: it must be the best rate the committed seed-0
+    records show, once all of them are in (a rerun that moves the best fails here)."""
+    import json
+
+    monkeypatch.setenv("LINBENCH_DATA", str(tmp_path))
+    scores = {r["run_id"]: r["metrics"] for r in load_records(folder) if r["status"] == "ok"}
+    points: dict[str, dict] = {}  # the point (task, label, config but seed and rate) -> its runs
+    for run in load_sweep(folder.name).runs:
+        config = run.config.to_dict()
+        seed, lr = config.pop("seed"), config["train"].pop("lr")
+        key = json.dumps([run.task, run.label, config], sort_keys=True, default=str)
+        point = points.setdefault(key, {"task": run.task, "bracket": {}, "seeded": set()})
+        if seed == 0:
+            point["bracket"][lr] = run.run_id
+        else:
+            point["seeded"].add(lr)
+    checked = 0
+    for key, point in points.items():
+        bracket = point["bracket"]
+        if not point["seeded"] or len(bracket) < 2 or not all(i in scores for i in bracket.values()):
+            continue  # no extra seeds, or the bracket is not all in: no best rate to hold them to yet
+        metric, pick = BETTER[point["task"]]
+        best = pick(bracket, key=lambda lr: scores[bracket[lr]][metric])
+        assert point["seeded"] == {best}, f"{key}: extra seeds at {point['seeded']}, the best rate is {best}"
+        checked += 1
+    assert checked, f"{folder.name}: no point with extra seeds and a complete bracket"

@@ -25,6 +25,13 @@ layers for the Grassmann mixer and the window, its figure-2 file), the Grassmann
 odd offsets (1, 3, 5, 9, 13, 17: the same count, reach and state), and the Grassmann mixer
 with an MLP (4 x d_model), whose nonlinearity can bind what its offsets only sum.
 
+Seeds where one run decides a verdict (``SEEDED``): 2 more seeds (1 and 2) at the point's
+best learning rate of seed 0, at the points where a neighbouring point disagrees or the margin
+to the verdict's threshold is thin: Mamba-2 at d 32, L 64 (0.243 where L 128 and 256 solve);
+Gated DeltaNet at both widths at L 64 and 256 (the ends its loss of recall is read between);
+RWKV-6 at d 32, L 256; the window at L 64 (read against its reach). RWKV-6's d 64 points,
+each 30-110 minutes a run here, are left at one seed: its verdict holds at d 32 alone.
+
     linbench run mqar_cpu --parallel 2 --results-dir results/reference
     linbench plot mqar_cpu --results-dir results/reference && linbench report mqar_cpu --results-dir results/reference
 """
@@ -50,7 +57,16 @@ MIXERS = {  # label: (mixer, options, model overrides)
 LENGTHS = {"grassmann+positions": (64,), "grassmann 4L": (64, 128), "sliding_window 4L": (64, 128),
            "grassmann odd offsets": (64, 128), "grassmann+mlp": (64, 128)}
 
-configs = [RunConfig("mqar", cfg, label=label)
-           for label, (mixer, options, model) in MIXERS.items()
-           for cfg in grid_configs(CPU_GRID, mixer, options, model_overrides=model)
-           if cfg.seq_len in LENGTHS.get(label, (cfg.seq_len,))]
+LR = CPU_GRID["lr"]
+SEEDED = {  # (label, L, d_model): the point's best learning rate at seed 0
+    ("mamba2", 64, 32): LR[2], ("gated_deltanet", 64, 32): LR[2], ("gated_deltanet", 256, 32): LR[2],
+    ("gated_deltanet", 64, 64): LR[1], ("gated_deltanet", 256, 64): LR[1], ("rwkv6", 256, 32): LR[1],
+    ("sliding_window", 64, 32): LR[2], ("sliding_window", 64, 64): LR[1]}
+EXTRA_SEEDS = (1, 2)
+
+grid = [(label, cfg) for label, (mixer, options, model) in MIXERS.items()
+        for cfg in grid_configs(CPU_GRID, mixer, options, model_overrides=model)
+        if cfg.seq_len in LENGTHS.get(label, (cfg.seq_len,))]
+configs = [RunConfig("mqar", cfg, label=label) for label, cfg in grid]
+configs += [RunConfig("mqar", cfg.replace(seed=seed), label=label) for seed in EXTRA_SEEDS for label, cfg in grid
+            if SEEDED.get((label, cfg.seq_len, cfg.model.d_model)) == cfg.train.lr]
