@@ -21,6 +21,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from results.layout import record_path, workdir_for
 from results.records import load_records, read_record
@@ -30,7 +31,7 @@ from tasks.published import PUBLISHED
 
 from .hints import Hints
 from .launch import FINAL, launch
-from .ledger import cancel, in_flight, never_starts, read_ledger, sent_with, waiting_reasons
+from .ledger import cancel, flights, in_flight, never_starts, read_ledger, sent_with
 from .spec import SweepError, load_sweep
 from .views import ago, distinguishing, only, outcome, time_left
 
@@ -203,7 +204,7 @@ def cmd_run(args, sweep) -> int:
         print(f"follow them with `{args.hints.command('status')}`, stop them with "
               f"`{args.hints.command('cancel')}`")
         return 0
-    states = _states(args, sweep)
+    states = {rid: seen.status for rid, seen in _survey(args, sweep).items()}
     not_ok = collections.Counter(st for st in states.values() if st != "ok")
     if not_ok:
         print("not ok: " + ", ".join(f"{n} {s}" for s, n in not_ok.most_common())
@@ -213,23 +214,34 @@ def cmd_run(args, sweep) -> int:
     return 0 if all(st in fine for st in states.values()) else 1
 
 
-def _states(args, sweep) -> dict[str, str]:
-    """{run_id: status}: the record's, else queued / running (a job in flight), lost (its
-    heartbeat says running, but no process or job is: killed without a word), partial (a
-    checkpoint, no job) or not run."""
-    flying = in_flight(args.results_dir, sweep.name, [run.run_id for run in sweep.runs])
+class Seen(NamedTuple):
+    """What `status` and `logs` know of one run, each source read once."""
+    status: str
+    record: dict  # {} without one
+    progress: dict | None  # its heartbeat, where it has no record
+    reason: str  # Slurm's reason for a queued job's wait, or ""
+
+
+def _survey(args, sweep) -> dict[str, Seen]:
+    """{run_id: Seen}. The status is the record's, else queued / running (a job in flight),
+    lost (its heartbeat says running, but no process or job is: killed without a word),
+    partial (a checkpoint, no job) or not run."""
+    flying = flights(args.results_dir, sweep.name, [run.run_id for run in sweep.runs])
     out = {}
     for run in sweep.runs:
-        rec = read_record(record_path(args.results_dir, sweep.name, run.run_id))
+        rec = read_record(record_path(args.results_dir, sweep.name, run.run_id)) or {}
         workdir = workdir_for(args.results_dir, sweep.name, run.run_id)
-        out[run.run_id] = (rec["status"] if rec else flying.get(run.run_id) or
-                           ("lost" if (read_progress(workdir) or {}).get("status") == "running" else
-                            "partial" if (workdir / "checkpoint.pt").exists() else "not run"))
+        progress = None if rec else read_progress(workdir)
+        state, reason = flying.get(run.run_id, (None, ""))
+        status = (rec.get("status") or state or ("lost" if (progress or {}).get("status") == "running" else
+                                                   "partial" if (workdir / "checkpoint.pt").exists() else "not run"))
+        out[run.run_id] = Seen(status, rec, progress, reason)
     return out
 
 
-def _detail(args, sweep, run, status: str, rec: dict, progress: dict | None, reason: str | None) -> list[str]:
-    """What `status` says of one run beside its status."""
+def _detail(args, sweep, run, seen: Seen, ledger: dict) -> list[str]:
+    """What `status` says of one run beside its status (``ledger``: the sweep's, read once)."""
+    status, rec, progress = seen.status, seen.record, seen.progress
     if status == "ok":
         return [outcome(rec)]
     detail = (rec.get("error") or "").strip().splitlines()[-1:]
@@ -242,40 +254,38 @@ def _detail(args, sweep, run, status: str, rec: dict, progress: dict | None, rea
         at = progress.get("checkpoint_step")
         ckpt = workdir_for(args.results_dir, sweep.name, run.run_id) / "checkpoint.pt"
         # the rerun goes where the run was sent (executor and options of its ledger entry)
-        rerun = args.hints.rerun([run.run_id], sent_with(read_ledger(args.results_dir, sweep.name).get(run.run_id, {})))
+        rerun = args.hints.rerun([run.run_id], sent_with(ledger.get(run.run_id, {})))
         detail.append("- its process died without a record; "
                       + (f"{'its checkpoint' if at is None else f'the checkpoint of step {at}'} is kept and "
                          f"`{rerun}` resumes from it" if ckpt.exists() else f"no checkpoint: `{rerun}` starts it again"))
     if status == "unknown":
         detail.append("(squeue did not answer: its Slurm job may still be queued or running)")
-    if reason:
-        detail.append(f"(Slurm: {reason}"
+    if status == "queued" and seen.reason:
+        detail.append(f"(Slurm: {seen.reason}"
                       + (f"; Slurm will not start it as submitted: `{args.hints.command('cancel')}`, "
-                         "then submit with options it can meet)" if never_starts(reason) else ")"))
+                         "then submit with options it can meet)" if never_starts(seen.reason) else ")"))
     return detail
 
 
 def cmd_status(args, sweep) -> int:
-    states = _states(args, sweep)
-    counts = collections.Counter(states.values())
-    records = {r.get("run_id"): r for r in load_records(Path(args.results_dir) / sweep.name)}  # read once
-    queued = [rid for rid, st in states.items() if st == "queued"]
-    reasons = waiting_reasons(args.results_dir, sweep.name, queued) if queued else {}
+    seen = _survey(args, sweep)
+    counts = collections.Counter(s.status for s in seen.values())
+    ledger = read_ledger(args.results_dir, sweep.name)
     heartbeats, walls = {}, {}
     for run in sweep.runs:
-        status, rec = states[run.run_id], records.get(run.run_id) or {}
-        progress = None if rec else read_progress(workdir_for(args.results_dir, sweep.name, run.run_id))
-        if status == "ok":
-            walls[run.run_id] = (rec.get("metrics") or {}).get("wall_time") or 0.0
-        elif progress:
-            heartbeats[run.run_id] = progress
-        detail = _detail(args, sweep, run, status, rec, progress, reasons.get(run.run_id))
-        print(f"  {run.run_id}  {status:<8} {run.task:<10} {run.name}  {' '.join(d for d in detail if d)}")
-    stale = len(records.keys() - {run.run_id for run in sweep.runs})
+        one = seen[run.run_id]
+        if one.status == "ok":
+            walls[run.run_id] = (one.record.get("metrics") or {}).get("wall_time") or 0.0
+        elif one.progress:
+            heartbeats[run.run_id] = one.progress
+        detail = _detail(args, sweep, run, one, ledger)
+        print(f"  {run.run_id}  {one.status:<8} {run.task:<10} {run.name}  {' '.join(d for d in detail if d)}")
+    ids = {p.stem for p in (Path(args.results_dir) / sweep.name).glob("*.json")}
+    stale = len(ids - {run.run_id for run in sweep.runs})
     print(f"{sweep.name}: {len(sweep)} runs: " + ", ".join(f"{n} {s}" for s, n in counts.most_common())
           + (f" ({stale} record(s) of configs no longer in the sweep)" if stale else "")
           + f"; records in {Path(args.results_dir).resolve() / sweep.name}")
-    print(time_left(sweep, states, heartbeats, walls))
+    print(time_left(sweep, {rid: s.status for rid, s in seen.items()}, heartbeats, walls))
     return 0 if counts["ok"] == len(sweep) else 1
 
 
@@ -293,14 +303,11 @@ def _find(args, sweep, key: str, keep=None, what: str = "run"):
 
 def cmd_logs(args, sweep) -> int:
     run = _find(args, sweep, args.run)
-    one = dataclasses.replace(sweep, runs=[run])
-    status = _states(args, one)[run.run_id]
-    rec = read_record(record_path(args.results_dir, sweep.name, run.run_id)) or {}
-    entry = read_ledger(args.results_dir, sweep.name).get(run.run_id)
-    progress = None if rec else read_progress(workdir_for(args.results_dir, sweep.name, run.run_id))
-    reason = waiting_reasons(args.results_dir, sweep.name, [run.run_id]).get(run.run_id) if status == "queued" else None
-    print(f"{run.run_id}  {run.name}  status: {status}  "
-          + " ".join(d for d in _detail(args, sweep, run, status, rec, progress, reason) if d))
+    seen = _survey(args, dataclasses.replace(sweep, runs=[run]))[run.run_id]
+    ledger = read_ledger(args.results_dir, sweep.name)
+    entry, rec = ledger.get(run.run_id), seen.record
+    print(f"{run.run_id}  {run.name}  status: {seen.status}  "
+          + " ".join(d for d in _detail(args, sweep, run, seen, ledger) if d))
     if rec.get("error"):
         print("--- error\n" + rec["error"].rstrip())
     if entry is None:

@@ -115,40 +115,34 @@ def slurm_jobs(job_ids) -> dict[str, tuple[str, str]] | None:
     return {job[0]: (job[1], job[2] if len(job) > 2 else "") for job in jobs if len(job) >= 2}
 
 
-def slurm_states(job_ids) -> dict[str, str] | None:
-    """{job id: squeue state}, as ``slurm_jobs``."""
-    jobs = slurm_jobs(job_ids)
-    return None if jobs is None else {job: state for job, (state, _) in jobs.items()}
-
-
-def waiting_reasons(results_dir, sweep: str, run_ids) -> dict[str, str]:
-    """{run_id: Slurm's reason} for the runs of ``run_ids`` whose job is pending."""
-    ledger = read_ledger(results_dir, sweep)
-    jobs = {rid: ledger[rid]["job_id"] for rid in run_ids if ledger.get(rid, {}).get("executor") == "slurm"}
-    known = slurm_jobs(jobs.values()) or {}
-    return {rid: known[job][1] for rid, job in jobs.items()  # "None": not looked at by the scheduler yet
-            if job in known and known[job][0] in PENDING and known[job][1] not in ("", "None")}
-
-
-def in_flight(results_dir, sweep: str, run_ids=()) -> dict[str, str]:
-    """{run_id: "running" | "queued" | "unknown"} for every run of the ledger, or of
-    ``run_ids``, that is (or may be) in flight: a run started by any executor holds its
-    workdir's lock; a Slurm job squeue knows is queued or running; and where squeue is
+def flights(results_dir, sweep: str, run_ids=()) -> dict[str, tuple[str, str]]:
+    """{run_id: (state, reason)} for every run of the ledger, or of ``run_ids``, that is
+    (or may be) in flight, the state "running" | "queued" | "unknown": a run started by
+    any executor holds its workdir's lock; a Slurm job squeue knows is queued (with
+    Slurm's reason for the wait, "" where it has none yet) or running; and where squeue is
     there but does not answer, a Slurm run without a lock is "unknown" (a job on another
-    node may be training it), so that nothing resubmits it or calls it lost meanwhile."""
+    node may be training it), so that nothing resubmits it or calls it lost meanwhile.
+    squeue is asked once."""
     ledger = read_ledger(results_dir, sweep)
-    out = {rid: "running" for rid in {*ledger, *run_ids}
+    out = {rid: ("running", "") for rid in {*ledger, *run_ids}
            if is_running(workdir_for(results_dir, sweep, rid))}
     slurm = {rid: e["job_id"] for rid, e in ledger.items()
              if e.get("executor") == "slurm" and rid not in out}
-    states = slurm_states(slurm.values()) if slurm else {}
+    jobs = slurm_jobs(slurm.values()) if slurm else {}
     for rid, job in slurm.items():
-        if states is None:
+        if jobs is None:
             if shutil.which("squeue"):  # no squeue at all: off the cluster, no job to ask about
-                out[rid] = "unknown"
-        elif job in states:
-            out[rid] = "queued" if states[job] in PENDING else "running"
+                out[rid] = ("unknown", "")
+        elif job in jobs:
+            state, reason = jobs[job]
+            # "None": not looked at by the scheduler yet
+            out[rid] = ("queued", "" if reason == "None" else reason) if state in PENDING else ("running", "")
     return out
+
+
+def in_flight(results_dir, sweep: str, run_ids=()) -> dict[str, str]:
+    """{run_id: "running" | "queued" | "unknown"}: ``flights`` without the reasons."""
+    return {rid: state for rid, (state, _) in flights(results_dir, sweep, run_ids).items()}
 
 
 def cancel_requested(results_dir, sweep: str, since: float) -> bool:

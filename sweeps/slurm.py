@@ -25,7 +25,7 @@ from tasks.engine.runs import REPO
 
 from .hints import Hints
 from .jobs import PREEMPT_SIGNAL, RunJob, ledger_entry, log_status
-from .ledger import record_submissions, slurm_states
+from .ledger import record_submissions, slurm_jobs
 from .spec import SweepError
 
 
@@ -139,8 +139,8 @@ def wait_slurm(waiting: list[tuple], sweep, results_dir, poll_s: float = 2.0,
     waiting = {run.run_id: entry for entry in waiting for run in entry[:1]}
     statuses = []
     while waiting:
-        states = slurm_states([job_id for _, job_id, _, _ in waiting.values()])
-        queued = None if states is None else set(states)
+        jobs = slurm_jobs([job_id for _, job_id, _, _ in waiting.values()])
+        queued = None if jobs is None else set(jobs)
         for run_id, (run, job_id, job_log, since) in list(waiting.items()):
             path = record_path(results_dir, sweep, run_id)
             fresh = path.exists() and path.stat().st_mtime >= since

@@ -255,8 +255,7 @@ def test_status_names_lost_runs_waiting_reasons_reading_ages_and_ok_runs(tmp_pat
         if ckpt:
             (workdir / "checkpoint.pt").touch()
     # and a job Slurm will never start as submitted
-    monkeypatch.setattr(cli_module, "in_flight", lambda *a: {big: "queued"})
-    monkeypatch.setattr(cli_module, "waiting_reasons", lambda *a: {big: "PartitionConfig"})
+    monkeypatch.setattr(cli_module, "flights", lambda *a: {big: ("queued", "PartitionConfig")})
     capsys.readouterr()
     assert cli(["status", str(path), *base]) == 1
     lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith("  ")}
@@ -362,6 +361,18 @@ def test_only_a_pending_reason_that_cannot_clear_is_called_never():
         assert not never_starts(reason), reason
 
 
+def test_flights_ask_squeue_once_and_keep_a_pending_jobs_reason(tmp_path, monkeypatch):
+    record_submissions(tmp_path, "ops", {rid: {"executor": "slurm", "job_id": job}
+                                         for rid, job in (("a", "7"), ("b", "8"), ("c", "9"), ("d", "10"))})
+    asked = []
+    squeue = {"7": ("PENDING", "Resources"), "8": ("PENDING", "None"), "9": ("RUNNING", "None")}  # 10: gone
+    monkeypatch.setattr(ledger_module, "slurm_jobs", lambda ids: asked.append(sorted(ids)) or squeue)
+    assert ledger_module.flights(tmp_path, "ops") == {"a": ("queued", "Resources"), "b": ("queued", ""),
+                                                      "c": ("running", "")}
+    assert asked == [["10", "7", "8", "9"]]
+    assert ledger_module.in_flight(tmp_path, "ops") == {"a": "queued", "b": "queued", "c": "running"}
+
+
 def test_a_lost_run_resumes_where_it_was_sent_and_an_unanswered_squeue_is_not_lost(tmp_path, capsys, monkeypatch):
     path = sweep_file(tmp_path, 'RunConfig("toy", {"seed": 0, "train": train}, "new")',
                       'RunConfig("toy", {"seed": 1, "train": train}, "old")')
@@ -374,14 +385,14 @@ def test_a_lost_run_resumes_where_it_was_sent_and_an_unanswered_squeue_is_not_lo
     record_submissions(tmp_path, "ops", {
         new: {"executor": "slurm", "job_id": "7", "options": ["--executor", "slurm", "--cpus-per-task", "2"]},
         old: {"executor": "slurm", "job_id": "8"}})
-    monkeypatch.setattr(ledger_module, "slurm_states", lambda ids: {})  # squeue knows neither job: lost
+    monkeypatch.setattr(ledger_module, "slurm_jobs", lambda ids: {})  # squeue knows neither job: lost
     base = ["--results-dir", str(tmp_path)]
     cli(["status", str(path), *base])
     out = capsys.readouterr().out
     assert f"`linbench run {path} --executor slurm --cpus-per-task 2 --only {new} --results-dir {tmp_path}`" in out
     assert f"`linbench run {path} --executor slurm --only {old} --results-dir {tmp_path}`" in out
     # squeue there but silent: the jobs may be training on another node
-    monkeypatch.setattr(ledger_module, "slurm_states", lambda ids: None)
+    monkeypatch.setattr(ledger_module, "slurm_jobs", lambda ids: None)
     monkeypatch.setattr(ledger_module.shutil, "which", lambda name: f"/usr/bin/{name}")
     cli(["status", str(path), *base])
     out = capsys.readouterr().out
