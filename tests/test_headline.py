@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 
 from results.paper.findings import (gap_placement, mad_agreement, mad_reach, mqar_best, mqar_reach, reach_shares,
-                              zoology_findings)
+                                    reading_gaps, zoology_findings)
 from results.paper.headline import (lm_table, lr_bracket, mad_changes, mad_table, mqar_table, precision_table,
                                     precision_verdict, published_gaps)
 from results.stats import gap_interval
@@ -235,6 +235,25 @@ def test_gap_placement_reads_each_model_at_its_best_lr_beside_the_published_rang
     assert f"+{100 * gap:.1f} % [95 % CI {100 * low:+.1f} %, {100 * high:+.1f} %] (seeds: 2 Grassmann, 2 attention; best of 2 and 2 learning rates)" \
         in gap_placement(two, pub)
     assert gap_placement(one[one["mixer"] == "attention"], pub).startswith("No Grassmann-vs-attention gap")
+
+
+def test_reading_gaps_set_each_reading_beside_the_papers_on_the_same_seed_and_rate():
+    def run(label, seed, val, lr=2e-3):
+        return {"task": "wikitext2", "run_status": "ok", "label": label, "seed": seed, "best_val_ppl": val,
+                "config.train.lr": lr}
+    frame = pd.DataFrame([run("attention", 0, 100.0, 1e-3), run("attention", 1, 100.0, 1e-3),
+                          run("attention", 0, 120.0), run("grassmann", 0, 125.0), run("grassmann", 1, 127.0),
+                          run("grassmann", 0, 140.0, 1e-3), run("grassmann pre-LN", 0, 150.0),
+                          run("grassmann gated_residual", 0, 110.0, 1e-3)])
+    assert reading_gaps(frame) == (
+        "The gap to attention (2 seeds at its best rate) under other readings of the grassmann block: "
+        "gated_residual +10.0 % (seed 0, lr 0.001, where the paper's reading on the same seed and rate reads "
+        "+40.0 %); pre-LN +50.0 % (seed 0, lr 0.002, where the paper's reading on the same seed and rate reads "
+        "+25.0 %).")
+    assert reading_gaps(frame[~frame["label"].str.contains(" ")]).startswith("No other reading")
+    # the paper's reading not run on the reading's seed: no comparison is claimed
+    lone = frame[~((frame["label"] == "grassmann") & (frame["config.train.lr"] == 1e-3))]
+    assert "gated_residual +10.0 % (seed 0, lr 0.001);" in reading_gaps(lone)
 
 
 def test_mad_agreement_counts_the_pairs_in_mads_order():

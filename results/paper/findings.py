@@ -314,6 +314,32 @@ def gap_placement(frame: pd.DataFrame, published: pd.DataFrame, setting: str = "
             f"other tokenizers, epochs and recipes, so they are context for ours, not a test of it.")
 
 
+def reading_gaps(frame: pd.DataFrame, base: str = "grassmann", control: str = "attention") -> str:
+    """How much the gap to ``control`` depends on reading the paper's block: each other
+    reading of ``base`` (a label "grassmann <reading>") against ``control``'s seeds at
+    its best rate, beside ``base`` itself on the same seeds and rate as that reading, so
+    reading and mixer are compared like for like."""
+    ok = frame[(frame["task"] == "wikitext2") & (frame["run_status"] == "ok")]
+    ok = ok.assign(lr=ok["config.train.lr"])
+    attention = at_best_lr(ok[ok["label"] == control])["best_val_ppl"].tolist()
+    readings = sorted(label for label in ok["label"].unique() if label.startswith(f"{base} "))
+    if not attention or not readings:
+        return f"No other reading of the {base} block has finished yet."
+    pct = (lambda x: f"{100 * x:+.1f} %".replace("-", "−"))
+    parts = []
+    for label in readings:
+        runs = ok[ok["label"] == label]
+        same = ok[(ok["label"] == base) & ok["lr"].isin(runs["lr"]) & ok["seed"].isin(runs["seed"])]
+        gap = gap_interval(runs["best_val_ppl"].tolist(), attention)[0]
+        beside = (f", where the paper's reading on the same seed{'s' if len(runs) > 1 else ''} and rate reads "
+                  f"{pct(gap_interval(same['best_val_ppl'].tolist(), attention)[0])}") if len(same) == len(runs) else ""
+        seeds = ", ".join(str(int(s)) for s in sorted(runs["seed"].unique()))
+        parts.append(f"{label.removeprefix(base + ' ')} {pct(gap)} (seed{'s' if len(runs) > 1 else ''} {seeds}, "
+                     f"lr {runs['lr'].iloc[0]:g}{beside})")
+    return (f"The gap to {control} ({len(attention)} seeds at its best rate) under other readings of the "
+            f"{base} block: " + "; ".join(parts) + ".")
+
+
 def mad_agreement(frame: pd.DataFrame, published: pd.DataFrame) -> str:
     """Per MAD task (and the MAD score): the mixers both MAD's published table and our
     records have, in MAD's order and in ours, and how many of their pairs keep MAD's

@@ -18,7 +18,7 @@ from ..report import mad_changes, markdown_table
 from ..stats import (at_best_lr, gap_interval, lr_means, mad_params, mad_runs, mad_scores, position_curves,
                      published_mad_scores, read_published)
 from .findings import (decode_law, gap_placement, grid_bound, mad_agreement, mad_reach, mqar_best, mqar_reach, point_text,
-                       zoology_findings)
+                       reading_gaps, zoology_findings)
 
 REFERENCE = Path(__file__).resolve().parents[1] / "reference"
 
@@ -293,6 +293,7 @@ TABLES = {"wikitext2_cpu": ("wikitext2_cpu", lm_table),
           "wikitext2_6L_cpu": ("wikitext2_6L_cpu", lm_table),
           "wikitext2_6L_cpu_bracket": ("wikitext2_6L_cpu", lr_bracket),
           "wikitext2_6L_cpu_gap": ("wikitext2_6L_cpu", lambda frame: gap_placement(frame, read_published())),
+          "wikitext2_6L_cpu_readings": ("wikitext2_6L_cpu", reading_gaps),
           "decode_cpu": ("decode_cpu", decode_table),
           "decode_cpu_law": ("decode_cpu", lambda frame: decode_law(_decode_points(frame))),
           "extrapolation_cpu": ("extrapolation_cpu", extrapolation_table),
