@@ -16,9 +16,11 @@ OPTIONS = {"sliding_window": {"window": 16, "n_heads": 1}, "grassmann": {}, "att
 
 
 def _mqar(label, L, d, lr, acc, state=1):
-    mixer = label.split("+")[0] if label.split("+")[0] in OPTIONS else "attention"
-    model = {"mixer": mixer, "d_model": d, "n_layers": 2, "vocab_size": 512, "max_len": L, "d_ff": 0,
-             "mixer_options": OPTIONS[mixer]}
+    mixer = label.split("+")[0].split(" ")[0]
+    mixer = mixer if mixer in OPTIONS else "attention"
+    options = {**OPTIONS[mixer], **({"offsets": (1, 3, 5, 9, 13, 17)} if label.endswith("odd offsets") else {})}
+    model = {"mixer": mixer, "d_model": d, "n_layers": 4 if label.endswith("4L") else 2, "vocab_size": 512,
+             "max_len": L, "d_ff": 4 * d if label.endswith("+mlp") else 0, "mixer_options": options}
     if label == "grassmann+attention":  # records_frame flattens the nested dict into columns others lack
         model["hybrid"] = {"mixer": "attention", "every": 2, "options": {"n_heads": 1}}
     flat = {f"config.model.{k}": v for k, v in model.items() if not isinstance(v, dict)}
@@ -26,7 +28,7 @@ def _mqar(label, L, d, lr, acc, state=1):
     return {"task": "mqar", "run_status": "ok", "label": label, "seq_len": L, "num_kv_pairs": L // 16,
             "d_model": d, "lr": lr, "accuracy": acc, "state_size": state, "seed": 0, "vocab_size": 512,
             "config.num_test_examples": 300, "config.power_a": 0.01, "config.random_non_queries": True,
-            **flat, "mixer_options": json.dumps(OPTIONS[mixer]), "model_json": json.dumps(model)}
+            **flat, "mixer_options": json.dumps(options), "model_json": json.dumps(model)}
 
 
 def test_mqar_table_keeps_the_best_lr_and_ranks_by_the_longest_length():
@@ -184,10 +186,26 @@ def test_zoology_findings_judge_each_claim_from_the_best_lr():
     rows.append({**_mqar("grassmann+attention", 128, 64, 1e-3, 1.0), "run_status": "failed"})
     verdicts = {line.split(" | ")[0][2:]: line.rsplit(" | ", 1)[1][:-2]
                 for line in zoology_findings(pd.DataFrame(rows)).splitlines()[2:]}
-    got = {claim.split(",")[0].split(" ")[0]: v for claim, v in verdicts.items()}
-    assert got == {"attention": "yes", "a": "yes", "the": "yes", "learned": "yes", "mamba2": "yes",
-                   "rwkv6": "untested: d 32 solves both, d 64 solves both", "gated_deltanet": "pending",
-                   "one": "so far yes (1 of 2)"}
+    got = {" ".join(claim.split(",")[0].split(" ")[:2]): v for claim, v in verdicts.items()}
+    assert got == {"attention solves": "yes", "a local": "yes", "the Grassmann": "yes", "learned positions": "yes",
+                   "mamba2": "yes", "rwkv6": "untested: d 32 solves both, d 64 solves both",
+                   "gated_deltanet": "pending", "one attention": "so far yes (1 of 2)", "the protocol": "pending",
+                   "at Zoology's": "pending"}
+    # the local controls: odd offsets that do not lift the Grassmann row leave the verdict open
+    # while the others have not run; 4 layers that lift it decide it, and are set beside 4 windows
+    odd = [_mqar("grassmann odd offsets", L, d, lr, 0.1) for L in (64, 128) for d in (32, 64) for lr in (1e-3, 1e-2)]
+    lines = zoology_findings(pd.DataFrame(rows + odd)).splitlines()
+    assert lines[10].startswith("| the protocol") and lines[10].endswith("| so far no (4 of 12) |")
+    assert "odd offsets: L 64: 0.100 / 0.100 (key-value reach " in lines[10]
+    four = [_mqar(label, L, d, lr, acc) for label, acc in (("grassmann 4L", 0.3), ("sliding_window 4L", 0.9))
+            for L in (64, 128) for d in (32, 64) for lr in (1e-3, 1e-2)]
+    lines = zoology_findings(pd.DataFrame(rows + odd + four)).splitlines()
+    assert lines[10].endswith("| yes (4 layers L 64 d 32; 4 layers L 64 d 64; 4 layers L 128 d 32; 4 layers L 128 d 64) |")
+    assert lines[11].startswith("| at Zoology's 4 layers") and "L 64: 0.300 / 0.300 vs 0.900 / 0.900" in lines[11]
+    assert lines[11].endswith("| no (L 64 d 32; L 64 d 64; L 128 d 32; L 128 d 64) |")
+    mlp = [_mqar("grassmann+mlp", L, d, lr, 0.05) for L in (64, 128) for d in (32, 64) for lr in (1e-3, 1e-2)]
+    flat = [{**r, "accuracy": 0.05} if r["label"] == "grassmann 4L" else r for r in rows + odd + four + mlp]
+    assert zoology_findings(pd.DataFrame(flat)).splitlines()[10].endswith("| no |")
     # a fixed-state width on the 1/kv floor at the shortest L cannot lose recall: named, not counted;
     # its point at L 128 diverging at the second lr still completes it
     rows += [_mqar("gated_deltanet", 64, 64, lr, 0.25) for lr in (1e-3, 1e-2)]
