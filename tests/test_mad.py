@@ -126,3 +126,24 @@ def test_sweep_configs_follow_mads_protocol():
             for c in capped] == [(500, 32, 50, 5, 0.99)]
     assert {(c.train.warmup_steps, c.train.target) for c in cfgs} == {(0, None)}  # MAD has none, and no stop
     assert capped[0].model.mixer_options == {"d_state": 8} and capped[0].model.positions == "none"
+
+
+def test_the_cpu_sweep_runs_every_mixer_and_seeds_where_no_mixer_saturates():
+    """sweeps/shipped/mad_cpu.py: every zoo mixer on every task's baseline at seed 0, one
+    change per task for the varied mixers, and seeds 1 and 2 at the baselines of the
+    seeded tasks only, each the seed-0 config with its seed changed."""
+    import zoo
+    from sweeps import load_sweep
+    from tasks.mad.data import BASELINES
+
+    runs = load_sweep("mad_cpu").runs
+    first = [r for r in runs if r.config.seed == 0]
+    base = {(r.label, r.config.task) for r in first if not r.config.setting}
+    assert base == {(m, t) for m in zoo.MIXERS for t in BASELINES}
+    more = [r for r in runs if r.config.seed != 0]
+    assert {r.config.seed for r in more} == {1, 2} and not any(r.config.setting for r in more)
+    assert {r.config.task for r in more} == {"compression", "selective-copying"}
+    assert len(more) == 2 * 2 * len(zoo.MIXERS)
+    seed0 = {(r.label, r.config.task): r.config for r in first if not r.config.setting}
+    assert all(r.config.replace(seed=0) == seed0[r.label, r.config.task] for r in more)
+    assert len({r.run_id for r in runs}) == len(runs)
