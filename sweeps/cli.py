@@ -33,7 +33,7 @@ from .hints import Hints
 from .launch import FINAL, launch
 from .ledger import cancel, flights, in_flight, never_starts, read_ledger, sent_with
 from .spec import SweepError, load_sweep
-from .views import ago, distinguishing, only, outcome, time_left
+from .views import ago, distinguishing, only, ordered, outcome, time_left
 
 
 
@@ -91,6 +91,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--only", action="append", metavar="LABEL", help="run only the runs of this label (or "
                      "run id, or its first characters, or FIELD=VALUE of their configs: seed=0, train.lr=1e-3); "
                      "repeatable, e.g. the baseline first")
+    run.add_argument("--order", action="append", metavar="FIELD", help="run in the order of this config "
+                     "field (seq_len, train.lr, label; repeatable: the next breaks ties), e.g. the cheapest "
+                     "points first (default: the sweep file's order)")
     run.add_argument("--rerun-diverged", action="store_true",
                      help="run diverged runs again (by default a diverged run is final)")
     s = run.add_argument_group("slurm")
@@ -171,7 +174,7 @@ def run_options(run_verb: argparse.ArgumentParser, args) -> tuple[str, ...]:
 
 
 def cmd_run(args, sweep) -> int:
-    sweep = only(sweep, args.only)
+    sweep = ordered(only(sweep, args.only), args.order)
     final = tuple(s for s in FINAL if not (args.rerun_diverged and s == "diverged"))
     if args.dry_run:
         diff = distinguishing(sweep.runs)

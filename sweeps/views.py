@@ -76,6 +76,26 @@ def only(sweep, keys: list[str] | None):
     return dataclasses.replace(sweep, runs=[r for r in sweep.runs if any(named(r, k) for k in keys)])
 
 
+def ordered(sweep, fields: list[str] | None):
+    """The sweep's runs sorted by the config ``fields`` named (``seq_len``, ``train.lr``;
+    "label" for the label), the first deciding, the next breaking its ties; otherwise in
+    the file's order (the sort is stable). A run without a field goes after those with it."""
+    if not fields:
+        return sweep
+    flat = {run.run_id: {"label": run.name, **_flatten(canonical(run.config))} for run in sweep.runs}
+    unknown = [f for f in fields if not any(f in fl for fl in flat.values())]
+    if unknown:
+        names = sorted({k for fl in flat.values() for k in fl})
+        raise SweepError(f"--order {', '.join(unknown)}: no run of {sweep.name} has that field; "
+                         f"its fields: {', '.join(names)}")
+
+    def key(run):
+        values = flat[run.run_id]
+        # None sorts apart from the values, so a field set only on some runs cannot mix types
+        return tuple((0, values[f]) if values.get(f) is not None else (1, 0) for f in fields)
+    return dataclasses.replace(sweep, runs=sorted(sweep.runs, key=key))
+
+
 def _same(value, text: str) -> bool:
     """Whether a config value is the one ``text`` writes: 1e-3 is 0.001, true is True."""
     try:

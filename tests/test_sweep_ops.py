@@ -410,6 +410,26 @@ def test_only_takes_labels_with_an_equals_sign_and_field_values_as_written(tmp_p
         assert "1 configs valid" in capsys.readouterr().out, key
 
 
+def test_order_runs_the_runs_by_config_fields_and_names_a_field_no_run_has(tmp_path, capsys):
+    path = sweep_file(tmp_path, 'RunConfig("toy", {"seed": 2, "train": train}, "c")',
+                      'RunConfig("toy", {"seed": 0, "train": {**train, "lr": 0.02}}, "b")',
+                      'RunConfig("toy", {"seed": 1, "train": train}, "a")',
+                      'RunConfig("toy", {"seed": 0, "train": train}, "d")')
+    argv = ["run", str(path), "--dry-run", "--results-dir", str(tmp_path)]
+
+    def listed(*order):
+        assert cli([*argv, *order]) == 0
+        return [line.split()[3] for line in capsys.readouterr().out.splitlines() if line.split()[1:2] == ["-"]]
+    assert listed() == ["c", "b", "a", "d"]  # the file's order
+    assert listed("--order", "seed") == ["b", "d", "a", "c"]  # ties stay in the file's order
+    assert listed("--order", "seed", "--order", "train.lr") == ["d", "b", "a", "c"]
+    assert listed("--order", "label") == ["a", "b", "c", "d"]
+    assert listed("--order", "seed", "--only", "seed=2", "--only", "a") == ["a", "c"]
+    assert cli([*argv, "--order", "seq_len"]) != 0
+    err = capsys.readouterr().err
+    assert "--order seq_len: no run of ops has that field; its fields: " in err and " seed, " in err and " train.lr," in err
+
+
 def test_printed_options_that_start_with_a_dash_keep_their_value(tmp_path):
     p = cli_module.parser()
     args = p.parse_args(["run", "s", "--setup=--version", "--setup", "module load x", "--slurm-arg", "exclude=n3"])
