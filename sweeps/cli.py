@@ -123,7 +123,8 @@ def parser() -> argparse.ArgumentParser:
                    help="any other sbatch option, e.g. --slurm-arg exclude=node3 (repeatable)")
     s.add_argument("--wait", action="store_true", help="block until every submitted run has a record")
 
-    verb("status", "each run: queued, running, partial (step, ETA), ok, failed, diverged ...; time left")
+    status = verb("status", "each run: queued, running, partial (step, ETA), ok, failed, diverged ...; time left")
+    status.add_argument("--brief", action="store_true", help="list only the runs not yet ok (then the counts)")
     logs = verb("logs", "print a run's error and the tail of its job log")
     logs.add_argument("run", help="a run id (or its first characters) or a label")
     logs.add_argument("--lines", type=int, default=40, help="lines of the log's tail (default 40)")
@@ -281,6 +282,8 @@ def cmd_status(args, sweep) -> int:
             walls[run.run_id] = (one.record.get("metrics") or {}).get("wall_time") or 0.0
         elif one.progress:
             heartbeats[run.run_id] = one.progress
+        if args.brief and one.status == "ok":
+            continue
         detail = _detail(args, sweep, run, one, ledger)
         print(f"  {run.run_id}  {one.status:<8} {run.task:<10} {run.name}  {' '.join(d for d in detail if d)}")
     ids = {p.stem for p in (Path(args.results_dir) / sweep.name).glob("*.json")}

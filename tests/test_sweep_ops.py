@@ -265,6 +265,12 @@ def test_status_names_lost_runs_waiting_reasons_reading_ages_and_ok_runs(tmp_pat
     assert f"`linbench run {path} --only {killed} --results-dir {tmp_path}` resumes from it" in lines[killed]
     assert " lost " in lines[early] and "no checkpoint" in lines[early] and "starts it again" in lines[early]
     assert " queued " in lines[big] and "(Slurm: PartitionConfig; Slurm will not start it as submitted" in lines[big]
+    # --brief: the same lines for the runs not yet ok, and the same counts
+    full = lines
+    assert cli(["status", str(path), *base, "--brief"]) == 1
+    out = capsys.readouterr().out
+    brief = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
+    assert brief == {rid: line for rid, line in full.items() if rid != done} and "1 ok" in out
     assert cli(["logs", str(path), "killed", *base]) == 0
     assert "status: lost" in capsys.readouterr().out
 
