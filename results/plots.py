@@ -165,11 +165,17 @@ def _mqar_panels(points: pd.DataFrame, x: str, hue: str, **line):
 
 
 def _mqar_best(df: pd.DataFrame) -> tuple[pd.DataFrame, str] | None:
-    """Each (model, width, length, kv pairs, seed) at its best learning rate."""
+    """Each (model, width, length, kv pairs, seed) at its best learning rate. A model run
+    at only some of the lengths the others ran is a control (mqar_cpu's, at L 64 and 128):
+    left to the report's tables, so the figure keeps Zoology's rows (a row being run
+    joins it once it has every length)."""
     rows = _ok(df, "mqar", tried=True)
     if rows.empty or "accuracy" not in rows:
         return None
     hue = _hue(rows)
+    lengths = rows.groupby(hue)["seq_len"].nunique()
+    if lengths.nunique() > 1:
+        rows = rows[rows[hue].isin(lengths.index[lengths == lengths.max()])]
     best = best_over_lr(rows, (hue, "d_model", "seq_len", "num_kv_pairs"))
     return (best, hue) if not best.empty else None
 

@@ -315,6 +315,12 @@ def test_mqar_accuracy_vs_state_size_is_best_lr_then_seed_mean(tmp_path, figures
         expect = {tuple(np.round([_seed_mean_of_best_lr(m, mixer, L, d) for d in (32, 64)], 6)): xs
                   for mixer, xs in (("attention", [2 * 32 * L, 2 * 64 * L]), ("mamba", [500, 500]))}
         assert _curves(ax) == expect  # mamba's two widths share a state size: both drawn, not averaged
+    # a control run at one of the two lengths stays out of the figure (the tables read it)
+    control = m[(m["mixer"] == "mamba") & (m["seq_len"] == 64)].assign(mixer="mamba control",
+                                                                        label="mamba control")
+    plots.plot_mqar_state(pd.concat([df, control]), tmp_path)
+    labels = [t.get_text() for t in figures["mqar_accuracy_vs_state_size.png"].legends[0].get_texts()]
+    assert labels == ["attention", "mamba"]
 
 
 def test_lm_curves_against_flops_name_each_models_flops_per_token(tmp_path, figures):
