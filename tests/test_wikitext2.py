@@ -220,8 +220,8 @@ def test_concurrent_cache_misses_build_once_and_share_the_result(tmp_path):
 def test_the_6_layer_sweep_reads_each_model_at_its_best_lr():
     """sweeps/shipped/wikitext2_6L_cpu.py: attention and Grassmann each over the bracket at seed 0
     (and the next rate beyond its edge for a model best there) and 3 seeds at their best
-    rate, the two reading controls at Grassmann's, every model matched to attention; the
-    kept seed-0 runs of the window and Mamba-2 at 1e-3."""
+    rate, the two reading controls at Grassmann's (the gated residual at 3 seeds), every model
+    matched to attention; the kept seed-0 runs of the window and Mamba-2 at 1e-3."""
     from sweeps.spec import load_sweep
 
     sweep = load_sweep("wikitext2_6L_cpu")
@@ -232,12 +232,14 @@ def test_the_6_layer_sweep_reads_each_model_at_its_best_lr():
         assert {seed for (l, seed, lr) in runs if l == label and lr == module.BEST_LR[label]} == {0, 1, 2}
     for label, check in (("grassmann gated_residual", lambda m: m.mixer_options["mixing"] == "gated_residual"),
                          ("grassmann pre-LN", lambda m: m.block == "prenorm")):
-        (cfg,) = [c for (l, *_), c in runs.items() if l == label]
-        assert check(cfg.model) and cfg.train.lr == module.BEST_LR["grassmann"] and cfg.seed == 0
+        mine = [c for (l, *_), c in runs.items() if l == label]
+        assert all(check(c.model) and c.train.lr == module.BEST_LR["grassmann"] for c in mine)
+        assert sorted(c.seed for c in mine) == list(module.READING_SEEDS[label])
+    assert module.READING_SEEDS["grassmann gated_residual"] == (0, 1, 2)  # the reading that turns a verdict
     params = {zoo.config_params(c.model.replace(vocab_size=8192)) - 8192 * c.model.d_model - 128 * c.model.d_model
               for c in runs.values()}
     assert max(params) / min(params) < 1.04  # each within 2 % of attention's
-    assert len(sweep.runs) == 14 + sum(len(rates) for rates in module.EDGE.values())
+    assert len(sweep.runs) == 16 + sum(len(rates) for rates in module.EDGE.values())
 
 
 @needs_data
