@@ -226,11 +226,11 @@ class Seen(NamedTuple):
     reason: str  # Slurm's reason for a queued job's wait, or ""
 
 
-def _survey(args, sweep) -> dict[str, Seen]:
+def _survey(args, sweep, ledger: dict | None = None) -> dict[str, Seen]:
     """{run_id: Seen}. The status is the record's, else queued / running (a job in flight),
     lost (its heartbeat says running, but no process or job is: killed without a word),
     partial (a checkpoint, no job) or not run."""
-    flying = flights(args.results_dir, sweep.name, [run.run_id for run in sweep.runs])
+    flying = flights(args.results_dir, sweep.name, [run.run_id for run in sweep.runs], ledger)
     out = {}
     for run in sweep.runs:
         rec = read_record(record_path(args.results_dir, sweep.name, run.run_id)) or {}
@@ -272,9 +272,9 @@ def _detail(args, sweep, run, seen: Seen, ledger: dict) -> list[str]:
 
 
 def cmd_status(args, sweep) -> int:
-    seen = _survey(args, sweep)
-    counts = collections.Counter(s.status for s in seen.values())
     ledger = read_ledger(args.results_dir, sweep.name)
+    seen = _survey(args, sweep, ledger)
+    counts = collections.Counter(s.status for s in seen.values())
     heartbeats, walls = {}, {}
     for run in sweep.runs:
         one = seen[run.run_id]
@@ -309,8 +309,8 @@ def _find(args, sweep, key: str, keep=None, what: str = "run"):
 
 def cmd_logs(args, sweep) -> int:
     run = _find(args, sweep, args.run)
-    seen = _survey(args, dataclasses.replace(sweep, runs=[run]))[run.run_id]
     ledger = read_ledger(args.results_dir, sweep.name)
+    seen = _survey(args, dataclasses.replace(sweep, runs=[run]), ledger)[run.run_id]
     entry, rec = ledger.get(run.run_id), seen.record
     print(f"{run.run_id}  {run.name}  status: {seen.status}  "
           + " ".join(d for d in _detail(args, sweep, run, seen, ledger) if d))

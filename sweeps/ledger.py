@@ -115,15 +115,15 @@ def slurm_jobs(job_ids) -> dict[str, tuple[str, str]] | None:
     return {job[0]: (job[1], job[2] if len(job) > 2 else "") for job in jobs if len(job) >= 2}
 
 
-def flights(results_dir, sweep: str, run_ids=()) -> dict[str, tuple[str, str]]:
+def flights(results_dir, sweep: str, run_ids=(), ledger: dict | None = None) -> dict[str, tuple[str, str]]:
     """{run_id: (state, reason)} for every run of the ledger, or of ``run_ids``, that is
     (or may be) in flight, the state "running" | "queued" | "unknown": a run started by
     any executor holds its workdir's lock; a Slurm job squeue knows is queued (with
     Slurm's reason for the wait, "" where it has none yet) or running; and where squeue is
     there but does not answer, a Slurm run without a lock is "unknown" (a job on another
     node may be training it), so that nothing resubmits it or calls it lost meanwhile.
-    squeue is asked once."""
-    ledger = read_ledger(results_dir, sweep)
+    squeue is asked once; ``ledger``: the sweep's, where the caller has read it already."""
+    ledger = read_ledger(results_dir, sweep) if ledger is None else ledger
     out = {rid: ("running", "") for rid in {*ledger, *run_ids}
            if is_running(workdir_for(results_dir, sweep, rid))}
     slurm = {rid: e["job_id"] for rid, e in ledger.items()

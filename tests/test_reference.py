@@ -144,7 +144,7 @@ def test_extra_seeds_run_at_the_best_rate_of_seed_0(folder, tmp_path, monkeypatc
         config = run.config.to_dict()
         seed, lr = config.pop("seed"), config["train"].pop("lr")
         key = json.dumps([run.task, run.label, config], sort_keys=True, default=str)
-        point = points.setdefault(key, {"task": run.task, "bracket": {}, "seeded": set()})
+        point = points.setdefault(key, {"task": run.task, "label": run.label, "bracket": {}, "seeded": set()})
         if seed == 0:
             point["bracket"][lr] = run.run_id
         else:
@@ -156,6 +156,8 @@ def test_extra_seeds_run_at_the_best_rate_of_seed_0(folder, tmp_path, monkeypatc
             continue  # no extra seeds, or the bracket is not all in: no best rate to hold them to yet
         metric, pick = BETTER[point["task"]]
         best = pick(bracket, key=lambda lr: scores[bracket[lr]][metric])
-        assert point["seeded"] == {best}, f"{key}: extra seeds at {point['seeded']}, the best rate is {best}"
+        # named by its label and the best seed-0 run's id (`linbench status` shows its config)
+        assert point["seeded"] == {best}, (f"{folder.name} {point['label']}: extra seeds at lr {sorted(point['seeded'])}, "
+                                           f"the best seed-0 rate is {best} (run {bracket[best]})")
         checked += 1
     assert checked, f"{folder.name}: no point with extra seeds and a complete bracket"
