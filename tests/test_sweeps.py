@@ -301,6 +301,14 @@ def test_shipped_sweeps_validate(name):
     assert len({run.run_id for run in sweep.runs}) == len(sweep)
 
 
+@pytest.mark.parametrize("name", ["scaling", "decode", "decode_cpu", "mad", "mad_cpu", "smoke",
+                                  "extrapolation_cpu", "wikitext2_cpu"])
+def test_sweeps_that_say_every_mixer_run_every_registered_mixer(name):
+    # a mixer added to the registry joins these comparisons, or the test names what they miss
+    ran = {getattr(run.config, "mixer", None) or run.config.model.mixer for run in load_sweep(name).runs}
+    assert not set(zoo.MIXERS) - ran, f"{name} leaves out {sorted(set(zoo.MIXERS) - ran)}"
+
+
 def test_output_into_a_closed_pipe_ends_quietly(tmp_path, capsys, monkeypatch):
     # `linbench status smoke | head`: head leaves, the next write fails with EPIPE; the
     # command ends with 141 (a shell's SIGPIPE status) and no traceback

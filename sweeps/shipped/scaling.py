@@ -7,12 +7,12 @@ figures, and the longer lengths of that mixer are skipped.
 
     linbench run scaling --executor slurm --partition gpu --gpus 1 --time 120
 """
+import zoo
 from sweeps import RunConfig
 from tasks.benchmarks.scaling import ScalingConfig
 
 SEEDS = (0, 1, 2)
-MIXERS = {"attention": {}, "sliding_window": {"window": 256}, "mamba": {}, "mamba2": {}, "rwkv6": {},
-          "retnet": {}, "grassmann": {"impl": "auto"}}
+OPTIONS = {"sliding_window": {"window": 256}, "grassmann": {"impl": "auto"}}  # the rest at zoo defaults
 
-configs = [RunConfig("scaling", ScalingConfig(mixer=mixer, mixer_options=options, seed=seed), label=mixer,
-                     alone=True) for mixer, options in MIXERS.items() for seed in SEEDS]
+configs = [RunConfig("scaling", ScalingConfig(mixer=mixer, mixer_options=OPTIONS.get(mixer, {}), seed=seed),
+                     label=mixer, alone=True) for mixer in zoo.MIXERS for seed in SEEDS]
