@@ -8,5 +8,5 @@ is in flight, ``views`` what ``status`` and ``--dry-run`` print, and ``cli`` the
 package: each is loaded by path)."""
 from .jobs import RunJob, execute
 from .launch import launch, plan
-from .spec import (RunConfig, Sweep, SweepError, load_sweep, local_data_dir, make_run_id, matched_models, product,
+from .spec import (RunConfig, Sweep, SweepError, load_sweep, local_data_dir, make_run_id, matched_models,
                    shipped_sweeps, validate)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib.util
-import itertools
 import json
 import os
 import sys
@@ -232,12 +231,6 @@ def local_data_dir() -> str | None:
     checkout) when it exists; None means the Hugging Face hub."""
     path = Path(os.environ.get("LINBENCH_DATA", REPO.parent / "shared" / "data"))
     return str(path.resolve()) if path.is_dir() else None
-
-
-def product(**axes) -> list[dict]:
-    """Every combination of the axes, as keyword dicts: ``product(seed=[0, 1], lr=[1e-3])``."""
-    keys = list(axes)
-    return [dict(zip(keys, values)) for values in itertools.product(*(axes[k] for k in keys))]
 
 
 def matched_models(base: zoo.ModelConfig, mixers: dict, knob: str = "d_model", tol: float = 0.02,

@@ -97,7 +97,6 @@ def test_a_run_from_local_files_has_the_wikitext2_record(corpus_dir, tmp_path):
     assert rec["vocab_size"] <= 150 and "valid " + str(tmp_path / "valid.txt") in rec["data_source"]
     assert rec["best_val_ppl"] < rec["val_ppl_history"][0] and rec["test_ppl"] < rec["vocab_size"]
     assert (tmp_path / "work" / "weights.pt").is_file()
-    from tasks.wikitext2 import run as wikitext2_run  # noqa: F401  (the same record fields)
     shared = {"mixer", "layout", "params", "state_size", "backends", "tokens_seen", "epochs_seen",
               "val_ppl_history", "train_loss_history", "best_val_ppl", "test_ppl", "precision", "world_size",
               "train_flops_per_token", "tokenizer", "data_source", "setting"}

@@ -130,11 +130,11 @@ def test_broken_mixer_is_an_error_row_and_exit_1(toy, tmp_path, capsys):
 def test_variants_and_plan():
     parity = g.variants("parity")
     assert parity == [(m, {}) for m in zoo.MIXERS] + [("grassmann", {"impl": "fused"})]
-    bench = [g.label(m, o) for m, o in g.variants("bench", flash=True)]
+    bench = [g.mixer_label(m, o) for m, o in g.variants("bench", flash=True)]
     assert bench[:len(zoo.MIXERS)] == list(zoo.MIXERS)
     assert {"grassmann:impl=compiled", "grassmann:impl=fused", "attention:backend=sdpa"} <= set(bench)
     assert ("grassmann:impl=eager" in bench) != (zoo.MIXERS["grassmann"](64).impl == "eager")  # eager once
-    assert "attention:backend=sdpa" not in [g.label(*v) for v in g.variants("bench", flash=False)]
+    assert "attention:backend=sdpa" not in [g.mixer_label(*v) for v in g.variants("bench", flash=False)]
 
     full, quick = g.sizes("cuda", quick=False), g.sizes("cuda", quick=True)
     assert full.d_models == (256, 1024) and full.lengths == (1024, 2048, 4096, 8192, 16384)

@@ -8,6 +8,7 @@ from zoo.ops.retention import (retention, retention_as_rwkv6, retention_chunked,
                                retention_ref)
 from zoo.mixers.rwkv6 import RWKV6
 from zoo.ops import rwkv6_scan, rwkv6_scan_ref
+from zoo.ops.rwkv6 import rwkv6_scan_chunked
 
 B, H, K, V = 2, 2, 4, 3
 
@@ -73,6 +74,15 @@ def test_defaults_scale_and_no_state():
     o_ref, S_ref = rwkv6_scan_ref(q, k, v, w, u, scale=0.7)  # no initial state: zeros
     assert S_ref is None
     torch.testing.assert_close(o, o_ref, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("chunk_size", [0, -4])
+def test_chunked_forms_refuse_a_chunk_size_below_one(chunk_size):
+    q, k, v, w, u, _ = make_inputs(9, strong=False)
+    with pytest.raises(ValueError, match=f"rwkv6: chunk_size must be positive, got {chunk_size}"):
+        rwkv6_scan_chunked(q, k, v, w, u, chunk_size=chunk_size)
+    with pytest.raises(ValueError, match=f"retention: chunk_size must be positive, got {chunk_size}"):
+        retention_chunked(q, k, v, torch.full((H,), -0.1, dtype=q.dtype), chunk_size=chunk_size)
 
 
 def test_float32_stable_under_strong_decay():

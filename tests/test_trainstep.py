@@ -42,7 +42,7 @@ def test_attention_is_measured_first_and_added_if_missing():
     assert TrainStepConfig().entries() == [("attention", {})] + [
         (n, {}) for n in sorted(zoo.MIXERS) if n != "attention"]
     given = (("retnet", {}), ("attention", {"backend": "math"}), ("mamba2", {}))
-    assert [ts.label(*e) for e in TrainStepConfig(mixers=given).entries()] == [
+    assert [ts.mixer_label(*e) for e in TrainStepConfig(mixers=given).entries()] == [
         "attention:backend=math", "retnet", "mamba2"]
 
 

@@ -19,7 +19,6 @@ most of a smoke run compiling.
 
     linbench run smoke --parallel 2 && linbench plot smoke && linbench report smoke
 """
-import zoo
 from sweeps import RunConfig, local_data_dir, matched_models
 from tasks.mqar.task import MQARConfig
 from tasks.benchmarks.decode import DecodeConfig

@@ -55,7 +55,7 @@ from zoo.mixers.attention import FLASH_ATTN
 from zoo.ops.fastpath import installed_version
 
 from . import decode, scaling
-from ..engine.cli import format_table, parse_mixers
+from ..engine.cli import format_table, mixer_label, parse_mixers
 from ..engine.runs import REPO, environment
 
 # Options that pin an implementation: the torch twin of a mixer has them reset to the
@@ -112,10 +112,6 @@ class CsvLog:
         with open(self.path, "a", newline="") as f:  # extra keys of a row are not columns
             csv.DictWriter(f, self.fields, extrasaction="ignore").writerows(rows)
         self.rows += rows
-
-
-def label(mixer: str, options: dict) -> str:
-    return ":".join([mixer, *(f"{k}={v}" for k, v in options.items())])
 
 
 def variants(kind: str, flash: bool = False) -> list[tuple[str, dict]]:
@@ -194,7 +190,7 @@ def parity_rows(mixer: str, options: dict, size: tuple[int, int, int], device, s
     for key, a in ref.items():
         err_fast = (got_fast[key] - a).abs().max().item()
         err_torch = (got_torch[key] - a).abs().max().item()
-        rows.append({"mixer": label(mixer, options), "tensor": key,
+        rows.append({"mixer": mixer_label(mixer, options), "tensor": key,
                      "status": "ok" if took_fast else "no_fast_path",
                      "backend_fast": backend_fast, "backend_torch": backend_torch,
                      "err_fast": err_fast, "err_torch": err_torch,
@@ -209,7 +205,7 @@ def run_parity(todo, size, device, deadline: float, log: CsvLog) -> None:
     # bf16 runs and the bench are unaffected).
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     for mixer, options in todo:
-        name = label(mixer, options)
+        name = mixer_label(mixer, options)
         if time.monotonic() > deadline:
             rows = [{"mixer": name, "status": "skipped", "why": "time budget spent"}]
         else:
@@ -250,14 +246,14 @@ def decode_parity_row(mixer: str, options: dict, size: tuple[int, int, int], dev
             steps.append(y_t[:, None])
         b = torch.cat(steps, 1).float()
     err_step, err_parallel = (b - a).abs().max().item(), (c - a).abs().max().item()
-    return {"mixer": label(mixer, options), "status": "ok", "backend_step": m.backend, "err_step": err_step,
+    return {"mixer": mixer_label(mixer, options), "status": "ok", "backend_step": m.backend, "err_step": err_step,
             "err_parallel": err_parallel, "ratio": err_step / err_parallel if err_parallel else float("inf"),
             "pass": err_step <= 2 * err_parallel + 1e-3 * a.abs().max().item(), "why": ""}
 
 
 def run_decode_parity(todo, size, device, deadline: float, log: CsvLog) -> None:
     for mixer, options in todo:
-        name = label(mixer, options)
+        name = mixer_label(mixer, options)
         if time.monotonic() > deadline:
             row = {"mixer": name, "status": "skipped", "why": "time budget spent"}
         else:
@@ -276,7 +272,7 @@ def run_decode_bench(todo, sz: Sizes, device: str, deadline: float, log: CsvLog)
     dtype = "bfloat16" if device == "cuda" else "float32"
     d = sz.d_models[0]
     for mixer, options in todo:
-        name, remaining = label(mixer, options), deadline - time.monotonic()
+        name, remaining = mixer_label(mixer, options), deadline - time.monotonic()
         if remaining <= 0:
             points = [{"context": c, "batch": 1, "status": "skipped", "error": "time budget spent"}
                       for c in sz.contexts]
@@ -310,7 +306,7 @@ def run_bench(plan, sz: Sizes, device: str, deadline: float, log: CsvLog) -> Non
     this process), one length at a time so the deadline is checked between points."""
     failed = {}  # (label, d_model) -> "oom at L=...": longer L are skipped, as in tasks.benchmarks.scaling
     for mixer, options, d, L in plan:
-        name, remaining = label(mixer, options), deadline - time.monotonic()
+        name, remaining = mixer_label(mixer, options), deadline - time.monotonic()
         why = failed.get((name, d)) or ("time budget spent" if remaining <= 0 else None)
         if why is None:
             try:

@@ -29,8 +29,9 @@ from zoo.config import StrictConfig, check_bounds, check_choice
 from zoo.flops import flops
 from zoo.mixers import check_mixer
 
-from ..engine.cli import emit_points, format_table, parse_mixers
+from ..engine.cli import emit_points, format_table, mixer_label, parse_mixers
 from ..engine.runs import environment
+from ..engine.train import device_named
 from .timing import measure, run_point
 
 PASSES = ("fwd", "fwd_bwd")
@@ -69,9 +70,7 @@ class MixerBench(StrictConfig):
             zoo.build_mixer(self.mixer, self.d_model, **self.mixer_options)
 
     def resolve_device(self) -> torch.device:
-        if self.device == "auto":
-            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        return torch.device(self.device)
+        return device_named(self.device)
 
     def resolve_dtype(self) -> torch.dtype:
         if self.dtype == "auto":
@@ -79,7 +78,7 @@ class MixerBench(StrictConfig):
         return getattr(torch, self.dtype)
 
     def name(self) -> str:
-        return self.label or ":".join([self.mixer, *(f"{k}={v}" for k, v in self.mixer_options.items())])
+        return self.label or mixer_label(self.mixer, self.mixer_options)
 
 
 @dataclass

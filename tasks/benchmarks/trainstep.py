@@ -34,7 +34,7 @@ import zoo
 from zoo.config import StrictConfig, check_bounds
 from zoo.mixers import check_mixer
 
-from ..engine.cli import parse_mixers, write_csv
+from ..engine.cli import mixer_label, parse_mixers, write_csv
 from ..engine.runs import environment
 from .scaling import module_backend
 from .timing import measure, run_point
@@ -81,7 +81,7 @@ class TrainStepConfig(StrictConfig):
                 raise ValueError(f"{own}: mixers: {m!r} must be a (name, options) pair")
             check_mixer(own, "mixers", m[0])
         self.mixers = tuple((name, dict(opts)) for name, opts in self.mixers)
-        labels = [label(*e) for e in self.entries()]
+        labels = [mixer_label(*e) for e in self.entries()]
         if len(set(labels)) < len(labels):
             raise ValueError(f"{own}: mixers: duplicate labels in {labels}")
         for name, opts in self.entries():  # refuse bad options now, not in a child process later
@@ -90,7 +90,7 @@ class TrainStepConfig(StrictConfig):
                     with torch.device("meta"):
                         zoo.build_mixer(name, d, **opts)
                 except Exception as exc:
-                    raise ValueError(f"{own}: mixers: {label(name, opts)} at d_model={d}: {exc}") from exc
+                    raise ValueError(f"{own}: mixers: {mixer_label(name, opts)} at d_model={d}: {exc}") from exc
 
     def entries(self) -> list[tuple[str, dict]]:
         """The mixers in the order measured: the first attention entry (added if
@@ -102,10 +102,6 @@ class TrainStepConfig(StrictConfig):
     def model(self, name: str, options: dict, seq_len: int, d_model: int) -> zoo.ModelConfig:
         return zoo.ModelConfig(vocab_size=self.vocab_size, d_model=d_model, n_layers=self.n_layers,
                                mixer=name, mixer_options=options, d_ff=0, positions="none", max_len=seq_len)
-
-
-def label(name: str, options: dict) -> str:
-    return ":".join([name, *(f"{k}={v}" for k, v in options.items())])
 
 
 def measure_step(model: dict, batch: int, seed: int, warmup: int, repeats: int, meter, deadline,
@@ -151,7 +147,7 @@ def run(cfg: TrainStepConfig, progress: bool = True) -> list[dict]:
     point and precision."""
     device = torch.device("cpu")
     entries = cfg.entries()
-    cells = [(p, prec, label(*e)) for p in cfg.points for prec in cfg.precisions for e in entries]
+    cells = [(p, prec, mixer_label(*e)) for p in cfg.points for prec in cfg.precisions for e in entries]
     runs: dict[tuple, list[dict]] = {cell: [] for cell in cells}
     parent_threads = torch.get_num_threads()
     torch.set_num_threads(cfg.threads)  # run_point gives each child the parent's thread count
@@ -162,7 +158,8 @@ def run(cfg: TrainStepConfig, progress: bool = True) -> list[dict]:
                 for prec in cfg.precisions:
                     ref = None  # attention's median this round: entries[0]
                     for i, (name, options) in enumerate(entries):
-                        done = runs[point, prec, label(name, options)]
+                        tag = mixer_label(name, options)
+                        done = runs[point, prec, tag]
                         if done and done[-1]["status"] != "ok":
                             continue  # not retried: a timeout would cost its whole limit again
                         kwargs = {"model": cfg.model(name, options, L, d).to_dict(), "batch": B, "seed": cfg.seed,
@@ -173,13 +170,13 @@ def run(cfg: TrainStepConfig, progress: bool = True) -> list[dict]:
                         done.append({**rows[0], "status": "ok", "error": ""} if status == "ok"
                                     else {"status": status, "error": error})
                         for row in rows[1:]:  # the profile, when asked for
-                            print(f"--- L={L} d={d} B={B} {prec} {label(name, options)}\n{row['profile']}", flush=True)
+                            print(f"--- L={L} d={d} B={B} {prec} {tag}\n{row['profile']}", flush=True)
                         ms = done[-1].get("median_ms")
                         ref = ms if i == 0 else ref
                         if progress:
                             cell = _cell(ms, ms / ref if ms and ref else None, status)
                             print(f"[round {rnd + 1}/{cfg.rounds}] L={L} d={d} B={B} {prec}  "
-                                  f"{label(name, options):<24} {cell}  {error.splitlines()[0] if error else ''}".rstrip(),
+                                  f"{tag:<24} {cell}  {error.splitlines()[0] if error else ''}".rstrip(),
                                   flush=True)
     finally:
         torch.set_num_threads(parent_threads)
@@ -187,8 +184,8 @@ def run(cfg: TrainStepConfig, progress: bool = True) -> list[dict]:
     out = []
     for point, prec, name_label in cells:
         L, d, B = point
-        ref = _summary(runs[point, prec, label(*entries[0])])["median_ms"]
-        name, options = next(e for e in entries if label(*e) == name_label)
+        ref = _summary(runs[point, prec, mixer_label(*entries[0])])["median_ms"]
+        name, options = next(e for e in entries if mixer_label(*e) == name_label)
         s = _summary(runs[point, prec, name_label])
         with torch.device("meta"):  # also known for a mixer that failed
             params = zoo.count_params(zoo.build_model(cfg.model(name, options, L, d)))

@@ -68,6 +68,12 @@ def write_csv(rows: list[dict], path: Path) -> None:
     print(f"wrote {len(rows)} rows to {path}")
 
 
+def mixer_label(name: str, options: dict) -> str:
+    """The inverse of one ``parse_mixers`` item: ("sliding_window", {"window": 64}) ->
+    "sliding_window:window=64", the name a benchmark's rows and tables carry."""
+    return ":".join([name, *(f"{k}={v}" for k, v in options.items())])
+
+
 def parse_mixers(spec: str) -> list[tuple[str, dict]]:
     """"attention,sliding_window:window=64,my_pkg.mixers:Mine:width=3" -> [(name, options)]:
     a name is a registered mixer or an import path (module:Class). Values are Python

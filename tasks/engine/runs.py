@@ -17,6 +17,7 @@ import torch
 import zoo
 
 from . import parallel
+from .train import save_atomic
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout: its git commit goes in every record
 PACKAGES = ("torch", "numpy", "triton", "mamba-ssm", "causal-conv1d", "flash-attn", "submitit", "linbench")
@@ -47,9 +48,7 @@ def save_weights(workdir: str | Path | None, model: zoo.LM) -> None:
         return
     path = weights_path(workdir)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    torch.save({"model_config": model.cfg.to_dict(), "model": state}, tmp)
-    os.replace(tmp, path)  # atomic, as the checkpoint
+    save_atomic(path, {"model_config": model.cfg.to_dict(), "model": state})
 
 
 def load_weights(path: str | Path) -> zoo.LM:

@@ -34,6 +34,13 @@ from .progress import PROGRESS_FILE, Heartbeat
 PRECISIONS = ("auto", "fp32", "bf16")
 
 
+def device_named(name: str) -> torch.device:
+    """"auto" is CUDA where there is one, else the CPU; any other name as torch reads it."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
 @dataclass
 class TrainConfig(StrictConfig):
     steps: int = 1000
@@ -76,9 +83,7 @@ class TrainConfig(StrictConfig):
         check_bounds(self, "log_every_s", gt=0)
 
     def resolve_device(self) -> torch.device:
-        if self.device == "auto":
-            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        return torch.device(self.device)
+        return device_named(self.device)
 
     def micro_batch(self, world_size: int) -> int:
         """Sequences per micro-batch on each of ``world_size`` processes; raises naming the
@@ -170,7 +175,7 @@ def _optimizer(model: nn.Module, cfg: TrainConfig, no_decay: set[str]) -> torch.
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas))
 
 
-def _save(path: Path, state: dict) -> None:
+def save_atomic(path: Path, state: dict) -> None:
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     torch.save(state, tmp)
     os.replace(tmp, path)  # atomic: a kill mid-write never leaves a torn checkpoint
@@ -315,7 +320,7 @@ def train(model: nn.Module, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
             if ckpt is not None and (periodic or caught):
                 snapshot = _snapshot(model, opt, res, device)
                 if w.main:
-                    _save(ckpt, snapshot)
+                    save_atomic(ckpt, snapshot)
                     beats.saved()
                 last_save = time.monotonic()
             if beats.due():

@@ -46,7 +46,7 @@ from zoo.config import StrictConfig, check_bounds, check_choice
 from zoo.model import ModelConfig, positions_for
 
 from ..engine.data import cached_examples, epoch_indices
-from ..engine.losses import labelled_batches, labelled_lm_loss
+from ..engine.losses import labelled_batches, labelled_lm_loss, lm_loss
 from ..engine.runs import checkpoint_path, model_metadata, refuse_non_causal, run_fields
 from ..engine.train import TrainConfig, train
 from .data import BASELINES, GENERATOR_VERSION, IGNORE, check, generate
@@ -213,11 +213,6 @@ def mad_reported(history: list) -> dict:
     return min(finite, key=lambda h: h["perplexity"]) if finite else {}
 
 
-def compression_loss(model: nn.Module, batch) -> torch.Tensor:
-    inputs, targets = batch
-    return F.cross_entropy(model(inputs).flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE)
-
-
 def run(cfg: MADConfig, workdir: Path | None = None, progress: bool = True) -> dict:
     train_x, train_y = load_split(cfg, "train")
     test_x, test_y = load_split(cfg, "test")
@@ -233,7 +228,7 @@ def run(cfg: MADConfig, workdir: Path | None = None, progress: bool = True) -> d
         return train_x[idx], train_y[idx]
 
     res = train(model, cfg.train, batch_fn,
-                compression_loss if compress else labelled_lm_loss,
+                lm_loss if compress else labelled_lm_loss,  # the compressor: (B, L, V), IGNORE is -100
                 eval_fn=lambda m: mad_metrics(m, test_x, test_y, cfg.eval_batch_size, lm.cfg.vocab_size),
                 metric="accuracy",
                 higher_is_better=True, checkpoint=checkpoint_path(workdir), progress=progress,

@@ -98,6 +98,12 @@ def pairwise_scores(q, k, b_prev, b, strict):
     return (q[..., :, None, :] * decay * k[..., None, :, :]).sum(-1)  # (..., C, C)
 
 
+def split_chunks(t: torch.Tensor, N: int, C: int, dtype: torch.dtype) -> torch.Tensor:
+    """(..., L, X) -> (..., N, C, X) in ``dtype``, the last chunk zero padded to C steps."""
+    L, X = t.shape[-2:]
+    return F.pad(t.to(dtype), (0, 0, 0, N * C - L)).view(*t.shape[:-2], N, C, X)
+
+
 def chunk_plan(op: str, L: int, K: int, chunk_size: int, scale, dtype: torch.dtype) -> tuple:
     """What a chunked linear-attention scan settles first: its score ``scale`` (1/sqrt(K)
     by default), the accumulation dtype (fp32, fp64 for fp64 inputs), the chunk length C

@@ -207,7 +207,7 @@ def _bwd_partners(z_ptr, dW_ptr, dz_ptr, out_ptr, offs_ptr, L, r, eps, NOFF: tl.
 INTERPRETED = isinstance(_fwd, InterpretedFunction)
 
 
-def _meta(z: torch.Tensor, K: torch.Tensor):
+def _meta(K: torch.Tensor):
     R, D = K.shape[0], K.shape[-1]
     # float32 stays float32 in tl.dot ("ieee"): the fused path must match the reference,
     # not TF32's 10-bit mantissa. Half inputs use the tensor cores as they are.
@@ -222,7 +222,7 @@ class _GrassmannCore(torch.autograd.Function):
     @staticmethod
     def forward(ctx, z, K, offs, past, normalize, eps, mean):
         B, L, r = z.shape
-        R, D, precision, BT, BD = _meta(z, K)
+        R, D, precision, BT, BD = _meta(K)
         g = torch.empty(B, L, D, device=z.device, dtype=z.dtype)
         flags = dict(NOFF=offs.numel(), PAST=past, NORMALIZE=normalize, MEAN=mean)
         _fwd[(triton.cdiv(L, BT), B, triton.cdiv(D, BD))](
@@ -235,7 +235,7 @@ class _GrassmannCore(torch.autograd.Function):
     def backward(ctx, dg):
         z, K, offs = ctx.saved_tensors
         B, L, r = z.shape
-        R, D, precision, BT, BD = _meta(z, K)
+        R, D, precision, BT, BD = _meta(K)
         dg = dg.contiguous()
         W, dW, dz_direct = (torch.empty(B, L, R, device=z.device, dtype=torch.float32)
                             for _ in range(3))

@@ -4,9 +4,8 @@ with the step-by-step ``retention_ref`` beside it."""
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from .chunks import chunk_plan, own_precision
+from .chunks import chunk_plan, own_precision, split_chunks
 from .rwkv6 import rwkv6_backend, rwkv6_scan
 
 def retention(q, k, v, log_gamma, scale=None, initial_state=None, output_final_state=False,
@@ -55,12 +54,9 @@ def retention_chunked(q, k, v, log_gamma, scale=None, initial_state=None,
     B, H, L, K = q.shape
     V = v.shape[-1]
     out_dtype = v.dtype
-    scale, acc, C, N, pad = chunk_plan("retention", L, K, chunk_size, scale, v.dtype)  # N chunks of C, pad at the end
-
-    def chunks(t):  # (B, H, L, X) -> (B, H, N, C, X), zero padded at the end
-        return F.pad(t.to(acc), (0, 0, 0, pad)).view(B, H, N, C, t.shape[-1])
-
-    q, k, v = chunks(q) * scale, chunks(k), chunks(v)
+    scale, acc, C, N, _ = chunk_plan("retention", L, K, chunk_size, scale, v.dtype)  # N chunks of C
+    q, k, v = (split_chunks(t, N, C, acc) for t in (q, k, v))  # (B, H, N, C, X), zero padded at the end
+    q = q * scale
     lg = log_gamma.to(acc).view(H, 1, 1)
     pos = torch.arange(C, device=q.device, dtype=acc)
     causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()

@@ -41,7 +41,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .chunks import intra_chunk_scores, own_precision
+from .chunks import chunk_plan, intra_chunk_scores, own_precision, split_chunks
 from .fastpath import Kernel
 
 CHUNK_RWKV6 = Kernel("fla.ops.rwkv6", "chunk_rwkv6", "flash-linear-attention", "0.2.0",
@@ -120,17 +120,13 @@ def rwkv6_scan_chunked(q, k, v, w, u, scale=None, initial_state=None, output_fin
     v's dtype, the final state in the accumulation dtype."""
     B, H, L, K = q.shape
     V = v.shape[-1]
-    scale = K ** -0.5 if scale is None else scale
-    out_dtype, acc = v.dtype, torch.promote_types(v.dtype, torch.float32)
-    C = max(1, min(chunk_size, L))
-    N = -(-L // C)  # number of chunks
-    pad = N * C - L
+    out_dtype = v.dtype
+    scale, acc, C, N, _ = chunk_plan("rwkv6", L, K, chunk_size, scale, v.dtype)  # N chunks of C
 
-    def chunks(t):  # (B, H, L, X) -> (B, H, N, C, X), zero padded at the end
-        return F.pad(t.to(acc), (0, 0, 0, pad)).view(B, H, N, C, t.shape[-1])
-
-    # Padded steps have q = k = v = 0 and w = 0 (no decay): they leave o and S alone.
-    q, k, v, w = chunks(q) * scale, chunks(k), chunks(v), chunks(w)
+    # (B, H, L, X) -> (B, H, N, C, X). Padded steps have q = k = v = 0 and w = 0 (no decay):
+    # they leave o and S alone.
+    q, k, v, w = (split_chunks(t, N, C, acc) for t in (q, k, v, w))
+    q = q * scale
     b = w.cumsum(-2)  # (B, H, N, C, K) inclusive cumulative log decay
     b_prev = F.pad(b, (0, 0, 1, -1))  # b_{t-1}: shifted rather than b - w, so it matches b exactly
     b_last = b[..., -1:, :]  # (B, H, N, 1, K)
