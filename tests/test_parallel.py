@@ -62,6 +62,9 @@ def _worker(rank: int, world: int, port: int, out: str, kwargs: dict) -> None:
         result = _train(**kwargs)
         if rank == 0:
             torch.save(result, out)
+        # no rank tears its gloo connections down while the other may still be using them
+        # (a fresh-clone CI run once saw rank 0 abort in C++ at the teardown)
+        torch.distributed.barrier()
     finally:
         torch.distributed.destroy_process_group()
 
