@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 
 import pytest
@@ -58,15 +59,17 @@ def _worker(rank: int, world: int, port: int, out: str, kwargs: dict) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
     torch.set_num_threads(1)
-    try:
-        result = _train(**kwargs)
-        if rank == 0:
-            torch.save(result, out)
-        # no rank tears its gloo connections down while the other may still be using them
-        # (a fresh-clone CI run once saw rank 0 abort in C++ at the teardown)
-        torch.distributed.barrier()
-    finally:
-        torch.distributed.destroy_process_group()
+    result = _train(**kwargs)
+    if rank == 0:
+        torch.save(result, out)
+    torch.distributed.barrier()  # both ranks are past their last collective and rank 0 has saved
+    # Leave without tearing gloo down: the C++ teardown (destroy_process_group, or the
+    # interpreter's exit) aborted a rank now and then ("terminate called without an active
+    # exception"), failing a run that had finished; a stress loop of these runs saw no abort
+    # this way. A rank that raises exits through mp.spawn, which reports its traceback.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _free_port() -> int:
