@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from results.paper.findings import (gap_placement, mad_agreement, mad_reach, mqar_best, mqar_reach, reach_shares,
+from results.paper.findings import (gap_placement, mad_agreement, mad_reach, mad_seeds, mqar_best, mqar_reach, reach_shares,
                                     reading_gaps, zoology_findings)
 from results.paper.headline import (lm_table, lr_bracket, mad_changes, mad_table, mqar_table, precision_table,
                                     precision_verdict, published_gaps)
@@ -303,6 +303,26 @@ def test_mad_agreement_counts_the_pairs_in_mads_order():
     solved.loc[solved["label"] == "gla", "accuracy"] = 1.0
     solved.loc[solved["label"] == "attention", "accuracy"] = 0.5  # attention last: against MAD twice
     assert mad_agreement(solved, pub).splitlines()[2].endswith("| 0 of 2 (1 tied) |")
+
+
+def test_mad_seeds_shows_each_seed_beside_the_mean_where_a_setting_has_several():
+    def run(label, task, acc, seed=0, lr=1e-3):
+        return {"task": "mad", "run_status": "ok", "label": label, "mad_task": task, "setting": "s",
+                "lr": lr, "weight_decay": 0.0, "accuracy": acc, "seed": seed}
+    one = pd.DataFrame([run("att", "compression", 0.5), run("gm", "compression", 0.2),
+                        run("att", "memorization", 1.0), run("gm", "memorization", 0.9)])
+    assert mad_seeds(one).startswith("Every MAD setting rests on one run")
+    assert mad_seeds(one.iloc[:0]).startswith("No MAD run")
+    # seeds 1 and 2 of compression: att at both (its seed 1 best at the second rate), gm at one
+    frame = pd.concat([one, pd.DataFrame([run("att", "compression", 0.3, seed=1), run("att", "compression", 0.4, 1, 1e-2),
+                                          run("att", "compression", 0.6, seed=2), run("gm", "compression", 0.1, seed=1)])],
+                      ignore_index=True)
+    lines = mad_seeds(frame).splitlines()
+    assert lines[0] == "| mixer: mean ± sd (seeds): each seed | compression |"  # memorization has one seed: no column
+    assert lines[2] == "| att | 0.500 ± 0.100 (3): 0.500 / 0.400 / 0.600 |"  # MAD-score order: att first
+    assert lines[3] == "| gm | 0.150 ± 0.071 (2): 0.200 / 0.100 |"
+    lone = frame[~((frame["label"] == "gm") & (frame["seed"] == 1))]
+    assert mad_seeds(lone).splitlines()[3] == "| gm | 0.200 (1) |"
 
 
 def test_mad_changes_reads_the_settings_only_some_mixers_ran_beside_their_baseline():

@@ -422,6 +422,38 @@ def _runs_per_setting(rows: pd.DataFrame) -> str:
     return "one run a setting" if high == 1 else f"{low}–{high} seeds a setting" if low < high else f"{low} seeds a setting"
 
 
+def mad_seeds(frame: pd.DataFrame) -> str:
+    """The MAD settings run at more than one seed, a column each: per mixer, the mean ± sd
+    over its seeds (how many) and each seed's score in seed order, so a reader sees where
+    an order between two mixers rests on the seed. Rows in MAD-score order, as the score
+    table; a mixer with one seed at a setting reads its one run."""
+    ok = mad_runs(frame)
+    best = best_over_lr(shared_settings(ok), ["label", "mad_task", "setting"]) if not ok.empty else ok
+    if best.empty:
+        return "No MAD run has finished yet."
+    seeds = best.groupby(["mad_task", "setting"])["seed"].nunique()
+    seeded = [key for key, n in seeds.items() if n > 1]
+    if not seeded:
+        return "Every MAD setting rests on one run (seed 0)."
+    titles = [task if sum(t == task for t, _ in seeded) == 1 else f"{task} {setting}" for task, setting in seeded]
+    lines = []
+    for label in mad_scores(ok).index:
+        cells = []
+        for task, setting in seeded:
+            runs = best[(best["label"] == label) & (best["mad_task"] == task) & (best["setting"] == setting)]
+            runs = runs.sort_values("seed")["accuracy"]
+            if runs.empty:
+                cells.append("–")
+            elif len(runs) == 1:
+                cells.append(f"{runs.iloc[0]:.3f} (1)")
+            else:
+                each = " / ".join(f"{v:.3f}" for v in runs)
+                cells.append(f"{runs.mean():.3f} ± {runs.std():.3f} ({len(runs)}): {each}")
+        lines.append([label, *cells])
+    header = ["mixer: mean ± sd (seeds): each seed", *titles]
+    return markdown_table(header, lines, ["---"] + ["---:"] * len(titles))
+
+
 def mad_reach(frame: pd.DataFrame) -> str:
     """Per mixer whose receptive field misses part of some setting's sequence (a local
     one), per task: its score (best over the sweep, mean over the task's settings, as

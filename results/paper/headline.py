@@ -17,7 +17,7 @@ from ..records import load_records, records_frame
 from ..report import mad_changes, markdown_table
 from ..stats import (at_best_lr, gap_interval, lr_means, mad_params, mad_runs, mad_scores, position_curves,
                      published_mad_scores, read_published)
-from .findings import (decode_law, gap_placement, grid_bound, mad_agreement, mad_reach, mqar_best, mqar_reach, point_text,
+from .findings import (decode_law, gap_placement, grid_bound, mad_agreement, mad_reach, mad_seeds, mqar_best, mqar_reach, point_text,
                        reading_gaps, zoology_findings)
 
 REFERENCE = Path(__file__).resolve().parents[1] / "reference"
@@ -300,6 +300,7 @@ TABLES = {"wikitext2_cpu": ("wikitext2_cpu", lm_table),
           "mad_cpu": ("mad_cpu", mad_table),
           "mad_cpu_agreement": ("mad_cpu", lambda frame: mad_agreement(frame, read_published())),
           "mad_cpu_reach": ("mad_cpu", mad_reach),
+          "mad_cpu_seeds": ("mad_cpu", mad_seeds),
           "mad_cpu_changes": ("mad_cpu", mad_changes),
           "wikitext2_bf16_cpu": ("wikitext2_bf16_cpu", lambda frame: precision_table(frame, _fp32_lm())),
           "wikitext2_bf16_cpu_verdict": ("wikitext2_bf16_cpu", lambda frame: precision_verdict(frame, _fp32_lm()))}
