@@ -1,10 +1,14 @@
 """A sweep's Markdown report: what ran, our numbers per task (mean ± sd over seeds),
 and our numbers beside the published ones of ``tasks/published.csv``.
 
-The published table has columns task, source, setting, model, mixer, params, metric,
-split, value (and note). One of our rows matches a published row when task, setting
-(where both give one) and mixer agree; each of our labels of that mixer gets its own
-line, so variants of one mixer sit side by side under the number they try to reproduce.
+Every model is read at one learning rate, the one ``stats.chosen`` picks on validation
+(the rule the figures and the headline share), with every seed run there; the rates it
+was chosen from stand beneath each table (``bracket_table``), so nothing is pooled
+silently. The published table has columns task, source, setting, model, mixer, params,
+metric, split, value (and note). Perplexity does not carry across the sources'
+tokenizers and recipes, so for it each source's gap to its own attention stands beside
+ours to our attention in the same setting (``published_gaps``); only accuracies in the
+same setting are set side by side as numbers (``published_values``).
 """
 from __future__ import annotations
 
@@ -15,8 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .stats import (best_over_lr, gap_interval, mad_params, mad_runs, mad_scores, published_mad_scores,
-                    read_published, shared_settings, tried_runs)
+from .stats import (SELECT_ON, best_over_lr, bracket, chosen, gap_interval, mad_params, mad_runs, mad_scores,
+                    model_keys, published_mad_scores, read_published, shared_settings, tried_runs)
 
 # The metrics a task's table shows first; other tasks show what looks like a metric.
 HEADLINE = {
@@ -64,10 +68,6 @@ def _metric_columns(rows: pd.DataFrame, task: str) -> list[str]:
     guess = [c for c in rows.columns if any(k in c for k in ("acc", "ppl", "loss"))
              and not c.startswith("config.") and pd.api.types.is_numeric_dtype(rows[c])]
     return guess[:4]
-
-
-def _group_keys(rows: pd.DataFrame) -> list[str]:
-    return ["label"] + (["setting"] if "setting" in rows and rows["setting"].nunique(dropna=False) > 1 else [])
 
 
 def mqar_section(tried: pd.DataFrame) -> str:
@@ -190,10 +190,16 @@ def points_section(rows: pd.DataFrame, task: str) -> str:
     return "\n\n".join(parts)
 
 
+def _finished(rows: pd.DataFrame) -> pd.DataFrame:
+    """A task's finished runs without the columns only a sweep's other tasks fill: an MQAR
+    ``lr``, empty for a language model, would hide the rate its config gives ``chosen``."""
+    return rows[rows["run_status"] == "ok"].dropna(axis=1, how="all")
+
+
 def task_section(rows: pd.DataFrame, task: str) -> str:
     if task in POINT_TABLES and POINT_TABLES[task][0][0] in rows:
         return points_section(rows, task)
-    ok = rows[rows["run_status"] == "ok"]
+    ok = _finished(rows)
     metrics = _metric_columns(ok, task)
     if ok.empty or not metrics:
         return f"## {task}\n\nNo finished runs with metrics."
@@ -201,47 +207,109 @@ def task_section(rows: pd.DataFrame, task: str) -> str:
         return mqar_section(tried_runs(rows))
     if task == "mad" and "accuracy" in ok:
         return mad_section(mad_runs(rows))
-    keys = _group_keys(ok)
-    counts = [c for c in COUNTS if c in ok]
-    gap = _gap_to_attention(ok, metrics[-1]) if task == "wikitext2" else None
+    return chosen_section(ok, task, metrics)
+
+
+def chosen_section(ok: pd.DataFrame, task: str, metrics: list[str]) -> str:
+    """A row per model (``stats.model_keys``) at its chosen learning rate (``stats.chosen``),
+    mean ± sd over the seeds at that rate, with the rate (and how many it was chosen from)
+    and, for Wikitext-2, the gap to attention at attention's own chosen rate; beneath, the
+    bracket the rates were chosen from."""
+    picked = chosen(ok, task)
+    keys = model_keys(picked)
+    counts = [c for c in COUNTS if c in picked and picked[c].notna().any()]
+    has_lr = picked["lr"].notna().any()
+    gap = _gap_to_attention(picked, metrics[-1]) if task == "wikitext2" else None
     body = []
-    for key, grp in ok.groupby(keys, dropna=False, sort=True):
+    for key, grp in picked.groupby(keys, dropna=False, sort=True):
         key = key if isinstance(key, tuple) else (key,)
-        params = [_fmt(float(grp[c].iloc[0])) if grp[c].notna().any() else "–" for c in counts]
-        cells = [_stat(grp[m]) for m in metrics] + ([gap(grp)] if gap else [])
-        body.append([*key, *params, *cells, grp["seed"].nunique() if "seed" in grp else len(grp)])
-    extra = [f"{metrics[-1]} vs attention"] if gap else []
-    header = [*keys, *(COUNTS[c] for c in counts), *metrics, *extra, "seeds"]
-    caption = "Mean ± sd over seeds." + (" " + GAP_CAPTION.format(metric=metrics[-1]) if gap else "")
-    return f"## {task}\n\n{caption}\n\n" + markdown_table(header, body)
+        params = [_fmt(float(grp[c].dropna().iloc[0])) if grp[c].notna().any() else "–" for c in counts]
+        cells = [_stat(grp[m]) for m in metrics] + ([_rate(grp)] if has_lr else []) + [int(grp["seeds"].iloc[0])]
+        body.append([*key, *params, *cells, *([gap(grp)] if gap else [])])
+    header = [*keys, *(COUNTS[c] for c in counts), *metrics, *(["lr"] if has_lr else []), "seeds",
+              *([f"{metrics[-1]} vs attention"] if gap else [])]
+    caption = _rate_caption(ok, task) + (" " + GAP_CAPTION.format(metric=metrics[-1]) if gap else "")
+    return f"## {task}\n\n{caption}\n\n" + markdown_table(header, body) + bracket_table(ok, task)
 
 
-def _gap_to_attention(ok: pd.DataFrame, metric: str):
+def _rate_caption(ok: pd.DataFrame, task: str) -> str:
+    """How ``stats.chosen`` read the models: at a rate chosen on validation, or, with no
+    validation metric to choose on, a row per rate."""
+    metric, higher = SELECT_ON.get(task, (None, False))
+    if metric in ok and ok[metric].notna().any():
+        return (f"Each model at its learning rate chosen on validation: the rate of {'highest' if higher else 'lowest'} "
+                f"mean {metric} over the seeds every rate ran; then mean ± sd over the seeds at that rate.")
+    return ("No validation metric to choose a learning rate on: a model run at several rates has a row per rate "
+            "(its label ends \" lr <rate>\"), none pooled; mean ± sd over the seeds at that rate.")
+
+
+def _rate(grp: pd.DataFrame) -> str:
+    """A model's learning rate, and how many it was the best of ("0.001 (best of 3)")."""
+    lr, tried = grp["lr"].iloc[0], int(grp["lrs_tried"].iloc[0])
+    return "–" if pd.isna(lr) else f"{lr:g}" + (f" (best of {tried})" if tried > 1 else "")
+
+
+def bracket_table(ok: pd.DataFrame, task: str) -> str:
+    """The learning-rate bracket behind ``chosen_section`` (``stats.bracket``): a row per
+    model run at more than one rate, a column per rate, its validation metric on the seeds
+    every one of its rates ran, the chosen rate in bold; "" where no model ran two rates."""
+    table = bracket(ok, task)
+    if table.empty:
+        return ""
+    keys = [c for c in table.columns if c not in ("lr", "value", "seeds", "chosen")]
+    lrs = sorted(table["lr"].unique())
+    body = []
+    for key, grp in table.groupby(keys, dropna=False, sort=True):
+        at = grp.set_index("lr")
+        cells = ["–" if lr not in at.index else f"**{_fmt(at.at[lr, 'value'])}**" if at.at[lr, "chosen"]
+                 else _fmt(at.at[lr, "value"]) for lr in lrs]
+        body.append([*(key if isinstance(key, tuple) else (key,)), *cells, grp["seeds"].iloc[0]])
+    header = [*keys, *(f"lr {lr:g}" for lr in lrs), "seeds"]
+    return (f"\n\n### learning-rate bracket\n\n{SELECT_ON[task][0]} at each learning rate a model ran, the mean "
+            "over the seeds every one of its rates ran (seeds); in bold the rate chosen, the one the table above "
+            "reads it at.\n\n" + markdown_table(header, body, ["---"] * len(keys) + ["---:"] * len(lrs) + ["---"]))
+
+
+def _attention(picked: pd.DataFrame, setting) -> pd.DataFrame:
+    """The attention rows of ``picked`` (``chosen``'s: at attention's chosen rate) in
+    ``setting``, the baseline a gap is taken to."""
+    same = picked[picked["setting"] == setting] if "setting" in picked else picked
+    return same[same["mixer"] == "attention"]
+
+
+def _gap_text(mine: pd.Series, theirs: pd.Series, same_runs: bool = False) -> str:
+    """``mine`` relative to ``theirs`` (``gap_interval``: ``+12.0%`` = 12% higher), with
+    its 95% Welch interval where both sides have at least 2 values."""
+    mine, theirs = (pd.to_numeric(v, errors="coerce").dropna().tolist() for v in (mine, theirs))
+    if not mine or not theirs:
+        return "–"
+    point, low, high = gap_interval(mine, theirs)
+    # runs compared with themselves are not two independent samples: no interval
+    if low is None or same_runs:
+        return f"{100 * point:+.1f}%"
+    return f"{100 * point:+.1f}% [{100 * low:+.1f}%, {100 * high:+.1f}%]"
+
+
+def _gap_to_attention(picked: pd.DataFrame, metric: str):
     """The paper's question, as a column: a model's ``metric`` relative to the attention
-    runs of the same setting (``+12.0%`` = 12% higher perplexity), by ``gap_interval``."""
-    if "mixer" not in ok or not (ok["mixer"] == "attention").any():
+    runs of the same setting, each at its chosen rate (``picked``: ``stats.chosen``)."""
+    if "mixer" not in picked or not (picked["mixer"] == "attention").any():
         return None
 
     def gap(grp: pd.DataFrame) -> str:
-        same = ok if "setting" not in ok else ok[ok["setting"] == grp["setting"].iloc[0]]
-        base = same[same["mixer"] == "attention"]
-        mine, theirs = (pd.to_numeric(g[metric], errors="coerce").dropna().tolist() for g in (grp, base))
-        if not mine or not theirs:
-            return "–"
-        point, low, high = gap_interval(mine, theirs)
-        # runs compared with themselves are not two independent samples: no interval
-        if low is None or grp.index.isin(base.index).any():
-            return f"{100 * point:+.1f}%"
-        return f"{100 * point:+.1f}% [{100 * low:+.1f}%, {100 * high:+.1f}%]"
+        base = _attention(picked, grp["setting"].iloc[0] if "setting" in grp else None)
+        return _gap_text(grp[metric], base[metric], same_runs=grp.index.isin(base.index).any())
     return gap
 
 
 GAP_CAPTION = ("{metric} vs attention: the geometric mean of {metric} over seeds relative to that of the "
-               "attention runs of the same setting (exp of the difference in mean log {metric}, minus 1); "
-               "in brackets, where both have at least 2 seeds, a 95% Welch t interval on that difference.")
+               "attention runs of the same setting at attention's chosen rate (exp of the difference in mean log "
+               "{metric}, minus 1); in brackets, where both have at least 2 seeds, a 95% Welch t interval on that "
+               "difference.")
 
 
 def _our_column(metric: str, split: str, columns) -> str | None:
+    """Our column of a published ``metric`` on ``split`` ("ppl", "validation": best_val_ppl)."""
     names = METRICS.get(metric.lower(), (metric.lower(),))
     splits = SPLITS.get(split.lower(), (split.lower(),)) if split else ("",)
     for s in splits:
@@ -252,32 +320,98 @@ def _our_column(metric: str, split: str, columns) -> str | None:
     return None
 
 
-def published_section(df: pd.DataFrame, published: pd.DataFrame) -> str:
-    ok = df[df["run_status"] == "ok"]
+def _source_gaps(pub: pd.DataFrame) -> list[tuple[str, str, float, float]]:
+    """One source's gaps at one setting: (mixer, split, its value, its attention's value)
+    per mixer it gives beside attention on a common split, validation preferred, the
+    first value each gives there (a source may print two runs of one model)."""
+    out = []
+    for mixer in pub.loc[pub["mixer"] != "attention", "mixer"].unique():
+        both = [s for s in pub["split"].unique() if {mixer, "attention"} <= set(pub.loc[pub["split"] == s, "mixer"])]
+        if both:
+            split = next((s for s in both if s.lower() in SPLITS["validation"]), both[0])
+            first = pub[pub["split"] == split].groupby("mixer")["value"].first()
+            out.append((mixer, split, float(first[mixer]), float(first["attention"])))
+    return out
+
+
+def published_gaps(picked: dict[str, pd.DataFrame], published: pd.DataFrame) -> list[list]:
+    """For perplexity, a line per published source, setting and mixer it sets beside its
+    attention (``_source_gaps``) and each of our labels of that mixer in that setting: the
+    source's gap, and ours to our attention on the same split (``picked``: each task's
+    ``stats.chosen`` rows, so each side at its chosen rate) with the seeds of each side."""
+    ppl = published[published["metric"].str.lower().isin(METRICS["ppl"]) & (published["setting"] != "")]
     lines = []
-    for _, pub in published.iterrows():
-        ours = ok[ok["task"] == pub["task"]]
-        if isinstance(pub.get("setting"), str) and pub["setting"] and "setting" in ours:
-            ours = ours[ours["setting"] == pub["setting"]]
-        if isinstance(pub.get("mixer"), str) and pub["mixer"] and "mixer" in ours:
-            ours = ours[ours["mixer"] == pub["mixer"]]
-        col = _our_column(str(pub["metric"]), str(pub.get("split") or ""), ours.columns)
-        if ours.empty or col is None:
+    for (task, setting, source), pub in ppl.groupby(["task", "setting", "source"], sort=False):
+        ours = picked.get(task, pd.DataFrame())
+        if "setting" not in ours or "mixer" not in ours:
             continue
-        value = pd.to_numeric(pd.Series([pub["value"]]), errors="coerce").iloc[0]
+        ours = ours[ours["setting"] == setting]
+        base = _attention(ours, setting)
+        for mixer, split, value, attention in _source_gaps(pub):
+            col = _our_column("ppl", split, ours.columns)
+            if col is None:
+                continue
+            for label, mine in ours[ours["mixer"] == mixer].groupby("label"):
+                lines.append([task, setting, source, split, f"{_fmt(value)} / {_fmt(attention)}",
+                              f"{100 * (value / attention - 1):+.1f}%", label, _gap_text(mine[col], base[col]),
+                              f"{mine[col].notna().sum()} vs {base[col].notna().sum()} seeds"])
+    return lines
+
+
+def published_values(picked: dict[str, pd.DataFrame], published: pd.DataFrame) -> list[list]:
+    """For accuracy, where the setup is the same (the setting matches), the published
+    number beside ours at the chosen rate (``picked``: each task's ``stats.chosen`` rows)."""
+    acc = published[published["metric"].str.lower().isin(METRICS["accuracy"]) & (published["setting"] != "")]
+    lines = []
+    for _, pub in acc.iterrows():
+        ours = picked.get(pub["task"], pd.DataFrame())
+        if "setting" not in ours or "mixer" not in ours:
+            continue
+        ours = ours[(ours["setting"] == pub["setting"]) & (ours["mixer"] == pub["mixer"])]
+        col = _our_column(pub["metric"], pub["split"], ours.columns)
+        if col is None:
+            continue
+        value = pd.to_numeric(pub["value"], errors="coerce")
         for label, grp in ours.groupby("label"):
             mine = pd.to_numeric(grp[col], errors="coerce").dropna()
-            delta = _fmt(float(mine.mean() - value)) if len(mine) and pd.notna(value) else "–"
             params = _fmt(float(grp["params"].iloc[0])) if "params" in grp else "–"
-            lines.append([pub["task"], pub.get("setting", ""), f"{pub['model']} ({pub['source']})",
-                          _fmt(pd.to_numeric(pub.get("params"), errors="coerce")), f"{pub['metric']} {pub.get('split', '')}",
-                          _fmt(float(value)) if pd.notna(value) else pub["value"], label, params, _stat(grp[col]),
-                          delta])
-    if not lines:
+            lines.append([pub["task"], pub["setting"], f"{pub['model']} ({pub['source']})",
+                          _fmt(pd.to_numeric(pub.get("params"), errors="coerce")), f"{pub['metric']} {pub['split']}",
+                          _fmt(value), label, params, _stat(grp[col]), _rate(grp),
+                          _fmt(float(mine.mean() - value)) if len(mine) and pd.notna(value) else "–"])
+    return lines
+
+
+def published_section(df: pd.DataFrame, published: pd.DataFrame) -> str:
+    """Our runs beside the published rows: gaps to attention for perplexity
+    (``published_gaps``), numbers for accuracy in the same setting (``published_values``)."""
+    published = published.fillna({"setting": "", "split": ""}).astype({"metric": str})
+    tasks = set(published["task"]) & set(df.loc[df["run_status"] == "ok", "task"])
+    picked = {task: chosen(_finished(df[df["task"] == task]), task) for task in tasks}
+    gaps, values = published_gaps(picked, published), published_values(picked, published)
+    if not gaps and not values:
         return "## Beside the published numbers\n\nNo published row matches these runs."
-    header = ["task", "setting", "published model", "params", "metric", "published", "ours", "params",
-              "ours (mean ± sd)", "ours − published"]
-    return "## Beside the published numbers\n\n" + markdown_table(header, lines)
+    parts = ["## Beside the published numbers", PUBLISHED_CAPTION]
+    if gaps:
+        parts.append(GAPS_CAPTION + "\n\n" + markdown_table(
+            ["task", "setting", "source", "split", "theirs: mixer / attention", "their gap", "ours",
+             "our gap [95% CI]", "seeds"], gaps))
+    if values:
+        parts.append("Accuracy in the same setting, ours at the learning rate chosen on validation (mean ± sd over "
+                     "the seeds at that rate):\n\n" + markdown_table(
+                         ["task", "setting", "published model", "params", "metric", "published", "ours", "params",
+                          "ours (mean ± sd)", "lr", "ours − published"], values))
+    return "\n\n".join(parts)
+
+
+PUBLISHED_CAPTION = ("Absolute perplexity does not carry across the sources' tokenizers and recipes, so no "
+                     "perplexity is subtracted from another: each source's gap to its own attention stands beside "
+                     "ours to our attention, and numbers stand side by side only for accuracy in the same setting.")
+GAPS_CAPTION = ("Perplexity: a source's gap is its mixer's value over its attention's, minus 1 (the first value "
+                "each gives, on validation where it gives both); ours is that of each of our labels of the mixer "
+                "in the same setting over our attention, each at its learning rate chosen on validation, on the "
+                "same split (best_val_ppl, or test_ppl for test), as a ratio of geometric means over seeds, with a "
+                "95% Welch t interval where both sides have at least 2 seeds:")
 
 
 def report_markdown(df: pd.DataFrame, published: pd.DataFrame | None = None, title: str = "") -> str:

@@ -63,20 +63,88 @@ def over_seeds(best: pd.DataFrame, keys) -> pd.DataFrame:
     return first.reset_index()
 
 
-def at_best_lr(rows: pd.DataFrame, keys=("label",), metric: str = "best_val_ppl") -> pd.DataFrame:
-    """Each group's runs at its best learning rate (lowest ``metric``), every seed run
-    there, so a model is read at its own best rate. The rates are compared on the seeds
-    that every rate of the group has run (a bracket at seed 0, then more seeds at its
-    best: the extra seeds do not weigh in the choice). Adds ``lr`` (from the config where
-    the task does not report it) and ``lrs_tried``."""
-    if "lr" not in rows:
-        rows = rows.assign(lr=rows["config.train.lr"])
+# The validation metric each task's models are chosen on between learning rates, and
+# whether higher is better; a task not named here is never pooled over rates (``chosen``).
+SELECT_ON = {"wikitext2": ("best_val_ppl", False), "corpus": ("best_val_ppl", False),
+             "snli": ("best_val_accuracy", True)}
+
+
+def _with_lr(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` with an ``lr`` column: the task's own, else the config's (NaN where neither)."""
+    if "lr" in rows:
+        return rows
+    return rows.assign(lr=rows["config.train.lr"] if "config.train.lr" in rows else float("nan"))
+
+
+def at_best_lr(rows: pd.DataFrame, keys=("label",), metric: str = "best_val_ppl",
+               higher: bool = False) -> pd.DataFrame:
+    """Each group's runs at its best learning rate (lowest ``metric``, highest where
+    ``higher``), every seed run there, so a model is read at its own best rate. The rates
+    are compared on the seeds that every rate of the group has run (a bracket at seed 0,
+    then more seeds at its best: the extra seeds do not weigh in the choice). Adds ``lr``
+    (from the config where the task does not report it) and ``lrs_tried``."""
+    rows = _with_lr(rows)
     rows = rows[rows[metric].notna()]
     out = []
     for _, grp in rows.groupby(list(keys), dropna=False):
         means, _ = lr_means(grp, metric)
-        out.append(grp[grp["lr"] == means.idxmin()].assign(lrs_tried=len(means)))
+        out.append(grp[grp["lr"] == (means.idxmax() if higher else means.idxmin())].assign(lrs_tried=len(means)))
     return pd.concat(out) if out else rows.assign(lrs_tried=0)
+
+
+def model_keys(rows: pd.DataFrame) -> list[str]:
+    """What tells one model of a sweep from another: its label, and its setting where the
+    sweep runs several (a setting is a layers/context pair or a task variant)."""
+    many = "setting" in rows and rows["setting"].nunique(dropna=False) > 1
+    return ["label"] + (["setting"] if many else [])
+
+
+def chosen(rows: pd.DataFrame, task: str) -> pd.DataFrame:
+    """The one reading of a sweep that reports, figures and the headline share: each model
+    (``model_keys``) at the learning rate chosen on validation (``SELECT_ON``), with every
+    seed run at that rate, so the seeds, not the rates, make the spread. A model run at one
+    rate reads as it is. In a task with no validation metric a model's rates stay apart
+    (the label gets " lr <rate>") rather than being pooled. Adds ``lr``, ``lrs_tried`` and
+    ``seeds`` (the seeds at the chosen rate)."""
+    rows = _with_lr(rows)
+    if rows.empty:
+        return rows.assign(lrs_tried=[], seeds=[])
+    keys = model_keys(rows)
+    several = rows.groupby(keys, dropna=False)["lr"].transform("nunique") > 1
+    one = rows[~several].assign(lrs_tried=1)
+    metric, higher = SELECT_ON.get(task, (None, False))
+    if metric is not None and metric in rows and rows.loc[several, metric].notna().all():
+        picked = pd.concat([one, at_best_lr(rows[several], keys, metric, higher)]) if several.any() else one
+    else:
+        named = rows["label"] + " lr " + rows["lr"].map("{:g}".format)
+        picked = rows.assign(label=rows["label"].where(~several, named), lrs_tried=1)
+    by = picked.groupby(model_keys(picked), dropna=False)
+    seeds = by["seed"].transform("nunique") if "seed" in picked else by["label"].transform("size")
+    return picked.assign(seeds=seeds)
+
+
+def bracket(rows: pd.DataFrame, task: str) -> pd.DataFrame:
+    """The learning-rate bracket behind ``chosen``: per model tried at more than one rate,
+    its validation metric at each rate, the mean over the seeds every rate ran (those the
+    choice was made on). Columns: the model keys, lr, value, seeds (the shared seeds, as
+    text) and chosen (the rate ``chosen`` reads the model at)."""
+    metric, higher = SELECT_ON.get(task, (None, False))
+    empty = pd.DataFrame(columns=["label", "lr", "value", "seeds", "chosen"])
+    if rows.empty or metric not in rows:
+        return empty
+    rows = _with_lr(rows)
+    rows = rows[rows[metric].notna()]
+    keys = model_keys(rows)
+    out = []
+    for key, grp in rows.groupby(keys, dropna=False):
+        if grp["lr"].nunique() < 2:
+            continue
+        means, shared = lr_means(grp, metric)
+        best = means.idxmax() if higher else means.idxmin()
+        key = key if isinstance(key, tuple) else (key,)
+        out += [{**dict(zip(keys, key)), "lr": lr, "value": v, "seeds": ", ".join(str(int(s)) for s in shared),
+                 "chosen": lr == best} for lr, v in means.items()]
+    return pd.DataFrame(out) if out else empty
 
 
 def lr_means(runs: pd.DataFrame, metric: str) -> tuple[pd.Series, list]:
@@ -84,6 +152,17 @@ def lr_means(runs: pd.DataFrame, metric: str) -> tuple[pd.Series, list]:
     rate has run, and those seeds: rates compare on the same seeds."""
     shared = sorted(set.intersection(*(set(g["seed"]) for _, g in runs.groupby("lr"))))
     return runs[runs["seed"].isin(shared)].groupby("lr")[metric].mean(), shared
+
+
+def seed_interval(values, level: float = 0.95) -> tuple[float, float | None, float | None]:
+    """The mean of ``values`` (one per seed) and its Student t interval; low and high are
+    None for a single value. Figures draw it as a point's band or bar."""
+    v = [float(x) for x in values]
+    mean = statistics.fmean(v)
+    if len(v) < 2:
+        return mean, None, None
+    half = t_quantile((1 + level) / 2, len(v) - 1) * statistics.stdev(v) / math.sqrt(len(v))
+    return mean, mean - half, mean + half
 
 
 def gap_interval(ours, attention, level: float = 0.95) -> tuple[float, float | None, float | None]:

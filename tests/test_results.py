@@ -10,9 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from matplotlib.collections import PathCollection
 
-from results import plots
 from tasks.published import PUBLISHED as PUBLISHED_CSV
 from results.records import load_records, read_record, records_frame, write_record
 from results.report import report_markdown, write_report
@@ -77,21 +75,7 @@ def test_records_frame_is_long_format_with_points_exploded():
     assert df.loc[0, "accuracy"] == 0.9 and df.loc[3, "error"].endswith("boom")
 
 
-# --- figures ------------------------------------------------------------------------
-
-@pytest.fixture
-def figures(monkeypatch):
-    """Keep each figure (plots close them after saving) to read the drawn data back."""
-    kept = {}
-    real = plots._save
-
-    def save(fig, path):
-        kept[path.name] = fig
-        fig.savefig(path.with_suffix(".check.png"))  # also exercise the real writer
-        return real(fig, path)
-    monkeypatch.setattr(plots, "_save", save)
-    return kept
-
+# --- a sweep of every kind (tests/test_figures.py draws it too) -----------------------
 
 FLOPS_PER_TOKEN = {"attention": 42.3e6, "mamba": 1.5e3}
 
@@ -129,62 +113,42 @@ def synthetic_frame() -> pd.DataFrame:
     return records_frame(records)
 
 
-def test_plots_draw_seed_means_and_mark_oom(tmp_path, figures):
-    df = synthetic_frame()
-    paths = plots.plot_all(df, tmp_path)
-    names = sorted(p.name for p in paths)
-    assert names == ["mqar_accuracy_vs_d_model.png", "mqar_accuracy_vs_state_size.png", "scaling_latency_vs_L.png",
-                     "wikitext2_perplexity_vs_params.png", "wikitext2_val_ppl_vs_flops.png",
-                     "wikitext2_val_ppl_vs_tokens.png"]
-    assert all(p.stat().st_size > 5000 for p in paths)
-
-    # MQAR: per (mixer, d, L, seed) the best lr, then the mean over seeds
-    m = df[df["task"] == "mqar"]
-    best = m.groupby(["mixer", "d_model", "seq_len", "seed"])["accuracy"].max()
-    expect = best.groupby(["mixer", "seq_len", "d_model"]).mean()
-    fig = figures["mqar_accuracy_vs_d_model.png"]
-    drawn = {}
-    for ax in fig.axes:
-        assert ax.get_title().endswith(", 4 kv pairs")
-        L = int(ax.get_title().split("=")[1].split(",")[0])
-        for line in ax.get_lines():
-            if len(line.get_xdata()) == 2:
-                drawn[(L, tuple(np.round(line.get_ydata(), 6)))] = True
-    for mixer in ("attention", "mamba"):
-        for L in (64, 256):
-            assert (L, tuple(np.round(expect[mixer][L].to_numpy(), 6))) in drawn
-
-    # scaling: mean latency over seeds (1x, 2x, 3x -> 2x) and a cross at L=4096 for attention
-    ax = figures["scaling_latency_vs_L.png"].axes[0]
-    ys = [tuple(np.round(line.get_ydata(), 6)) for line in ax.get_lines() if len(line.get_xdata()) == 2]
-    assert ys.count((2.56, 5.12)) == 2  # both mixers: (1.28 + 2.56 + 3.84) / 3 at L=128
-    crosses = [c.get_offsets() for c in ax.collections if isinstance(c, PathCollection)]  # not the bands
-    assert [tuple(o[0]) for o in crosses] == [(4096, pytest.approx(ax.get_ylim()[1], rel=0.2))]
-
 
 # --- report -------------------------------------------------------------------------
 
 def test_report_puts_our_numbers_beside_the_published_ones(tmp_path):
-    records = [rec(f"g{s}", "wikitext2", {"test_ppl": 250.0 + 10 * s, "best_val_ppl": 240.0, "params": 13_000_000,
-                                           "setting": "6L/128", "mixer": "grassmann"},
-                   label="grassmann", mixer="grassmann", seed=s) for s in (0, 1)]
-    records += [rec("g9", "wikitext2", {"test_ppl": 300.0, "params": 13_000_000, "setting": "6L/128",
-                                        "mixer": "grassmann"}, label="grassmann no-norm", mixer="grassmann"),
+    lm = {"params": 13_000_000, "setting": "6L/128"}
+    records = [rec(f"g{s}", "wikitext2", {"test_ppl": 250.0 + 10 * s, "best_val_ppl": 240.0, "mixer": "grassmann", **lm},
+                   label="grassmann", mixer="grassmann", seed=s, train={"lr": 1e-3}) for s in (0, 1)]
+    records += [rec(f"a{s}", "wikitext2", {"test_ppl": 200.0 + 20 * s, "best_val_ppl": 200.0, "mixer": "attention", **lm},
+                    label="attention", seed=s, train={"lr": 1e-3}) for s in (0, 1)]
+    records += [rec("g9", "wikitext2", {"test_ppl": 300.0, "best_val_ppl": 290.0, "mixer": "grassmann", **lm},
+                    label="grassmann no-norm", mixer="grassmann", train={"lr": 1e-3}),
+                rec("n0", "snli", {"test_accuracy": 0.83, "best_val_accuracy": 0.84, "setting": "distilbert",
+                                   "mixer": "grassmann", "params": 5000}, label="grassmann head", mixer="grassmann",
+                    train={"lr": 1e-3}),
                 rec("bad", "wikitext2", {}, status="failed", label="broken")]
     pub = tmp_path / "published.csv"
     pub.write_text("task,source,setting,model,mixer,params,metric,split,value,note\n"
+                   "wikitext2,arXiv 2512.19428 Table 1,6L/128,TransformerLM,attention,12590000,ppl,test,220.0,\n"
                    "wikitext2,arXiv 2512.19428 Table 1,6L/128,GrassmannLM,grassmann,13000000,ppl,test,242.0,\n"
                    "wikitext2,arXiv 2512.19428 Table 1,12L/256,GrassmannLM,grassmann,18000000,ppl,test,200.0,\n"
+                   "snli,arXiv 2512.19428 Table 3,distilbert,Grassmann head,grassmann,,accuracy,test,0.8538,\n"
                    "snli,arXiv 2512.19428 Table 3,,GrassmannLM,grassmann,,accuracy,test,0.8,\n")
     text = write_report(records_frame(records), tmp_path / "r.md", pub, title="t").read_text()
-    assert text.startswith("# linbench report: t") and "4 runs: 3 ok, 1 failed" in text
+    assert text.startswith("# linbench report: t") and "7 runs: 6 ok, 1 failed" in text
     assert "| bad | broken | failed | RuntimeError: boom |" in text
-    lines = [ln for ln in text.splitlines() if "GrassmannLM" in ln]
-    assert len(lines) == 2  # the 12L row and the snli row match nothing we ran
-    assert "| 242 |" in lines[0] and "| 255 ± 7.071 (n=2) | 13 |" in lines[0]
-    assert "grassmann no-norm" in lines[1] and "| 300 | 58 |" in lines[1]
+    published = text.split("## Beside the published numbers")[1]
+    # perplexity: the source's gap (242 / 220) beside ours, never a difference of perplexities
+    lines = [ln for ln in published.splitlines() if "| 242 / 220 | +10.0% |" in ln]
+    assert len(lines) == 2  # the 12L row matches nothing we ran; a source without attention gives no gap
+    assert "| grassmann | +21.5% [" in lines[0] and "| 2 vs 2 seeds |" in lines[0]  # sqrt(250 * 260) / sqrt(200 * 220)
+    assert "| grassmann no-norm | +43.0% | 1 vs 2 seeds |" in lines[1]
+    # accuracy in the same setting: the numbers side by side; the row with no setting matches nothing
+    acc = [ln for ln in published.splitlines() if "Grassmann" in ln and "accuracy" in ln]
+    assert len(acc) == 1 and "| 0.8538 | grassmann head | 5,000 | 0.83 | 0.001 | -0.0238 |" in acc[0]
     section = text.split("## wikitext2")[1].split("##")[0]
-    assert "| grassmann | 13,000,000 | 240 ± 0 (n=2) | 255 ± 7.071 (n=2) | 2 |" in section
+    assert "| grassmann | 13,000,000 | 240 ± 0 (n=2) | 255 ± 7.071 (n=2) | 0.001 | 2 |" in section
     assert report_markdown(records_frame(records)).count("Beside the published") == 0
 
 
@@ -192,17 +156,17 @@ def test_report_wikitext2_gap_to_attention_is_per_setting():
     runs = [("attention", "2L/128", 200.0), ("attention", "2L/128", 220.0), ("grassmann", "2L/128", 231.0),
             ("attention", "6L/128", 100.0), ("grassmann", "6L/128", 90.0)]
     records = [rec(f"r{i}", "wikitext2", {"test_ppl": ppl, "best_val_ppl": ppl, "params": 1000, "setting": setting,
-                                          "mixer": mixer}, label=mixer, mixer=mixer, seed=i)
+                                          "mixer": mixer}, label=mixer, mixer=mixer, seed=i, train={"lr": 1e-3})
                for i, (mixer, setting, ppl) in enumerate(runs)]
     section = report_markdown(records_frame(records)).split("## wikitext2")[1]
     assert "test_ppl vs attention" in section
-    assert "| grassmann | 2L/128 | 1,000 | 231 | 231 | +10.1% | 1 |" in section  # 231 / sqrt(200 * 220)
-    assert "| grassmann | 6L/128 | 1,000 | 90 | 90 | -10.0% | 1 |" in section
-    assert "| attention | 2L/128 | 1,000 | 210 ± 14.14 (n=2) | 210 ± 14.14 (n=2) | +0.0% | 2 |" in section
+    assert "| grassmann | 2L/128 | 1,000 | 231 | 231 | 0.001 | 1 | +10.1% |" in section  # 231 / sqrt(200 * 220)
+    assert "| grassmann | 6L/128 | 1,000 | 90 | 90 | 0.001 | 1 | -10.0% |" in section
+    assert "| attention | 2L/128 | 1,000 | 210 ± 14.14 (n=2) | 210 ± 14.14 (n=2) | 0.001 | 2 | +0.0% |" in section
 
 
 def test_report_mqar_rows_are_the_best_lr_per_seed_then_mean():
-    df = synthetic_frame()
+    df = synthetic_frame().assign(**{"config.train.lr": 1e-3})  # the LM runs are read at a rate (stats.chosen)
     m = df[df["task"] == "mqar"]
     section = report_markdown(df).split("## mqar")[1].split("## ")[0]
     assert "| label | L | kv pairs | d_model | state size | accuracy | best lr | lrs tried | seeds |" in section
@@ -245,9 +209,9 @@ def test_report_wikitext2_gap_has_an_interval_where_both_sides_have_seeds():
     section = report_markdown(records_frame(records)).split("## wikitext2")[1]
     assert "95% Welch t interval" in section and "geometric mean" in section
     low, high = (100 * math.expm1(math.log(1.1) + s * 4.302653 * math.log(1.1) / math.sqrt(2)) for s in (-1, 1))
-    assert f"| grassmann | 1,000 | 231 ± 15.56 (n=2) | +10.0% [{low:+.1f}%, {high:+.1f}%] | 2 |" in section
-    assert "| attention | 1,000 | 210 ± 14.14 (n=2) | +0.0% | 2 |" in section  # itself: no interval
-    assert f"| mamba | 1,000 | 190 | {100 * (190 / math.sqrt(200 * 220) - 1):+.1f}% | 1 |" in section
+    assert f"| grassmann | 1,000 | 231 ± 15.56 (n=2) | 2 | +10.0% [{low:+.1f}%, {high:+.1f}%] |" in section
+    assert "| attention | 1,000 | 210 ± 14.14 (n=2) | 2 | +0.0% |" in section  # itself: no interval
+    assert f"| mamba | 1,000 | 190 | 1 | {100 * (190 / math.sqrt(200 * 220) - 1):+.1f}% |" in section
 
 
 def test_cli_plot_and_report_read_the_sweep_records(tmp_path, capsys):
@@ -269,7 +233,7 @@ def test_cli_plot_and_report_read_the_sweep_records(tmp_path, capsys):
 
 
 def test_report_scaling_tables_have_a_column_per_length_and_mark_oom():
-    text = report_markdown(synthetic_frame())
+    text = report_markdown(synthetic_frame().assign(**{"config.train.lr": 1e-3}))  # the LM runs' rate (stats.chosen)
     section = text.split("## scaling")[1].split("## ")[0]
     lat = [1.28 * k for k in (1, 2, 3)]  # L=128 over the three seeds; L=256 doubles it
     mean, sd = np.mean(lat), np.std(lat, ddof=1)
@@ -278,64 +242,9 @@ def test_report_scaling_tables_have_a_column_per_length_and_mark_oom():
     assert f"| mamba | fwd | {cell(mean, sd)} | {cell(2 * mean, 2 * sd)} | – |" in section
 
 
-def test_lm_curves_are_seed_means_over_training_tokens(tmp_path, figures):
-    plots.plot_lm_curves(synthetic_frame(), tmp_path)
-    ax = figures["wikitext2_val_ppl_vs_tokens.png"].axes[0]
-    drawn = {}
-    for line in ax.get_lines():
-        x, y = line.get_xdata(), line.get_ydata()
-        if len(x) == 2:  # the two curves; legend handles carry no data
-            drawn[tuple(float(v) for v in y)] = [float(v) for v in x]
-    # steps 10 and 20 at 4 x 8 tokens a step; seeds 0..2 averaged
-    assert drawn == {(310.0, 280.0): [320.0, 640.0], (310.0, 285.0): [320.0, 640.0]}
-    assert "3 seeds" in ax.get_title()
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["attention", "mamba"]  # best last ppl first
 
 
-def _curves(ax) -> dict:
-    """The drawn lines of an axis as {y values: x values}; legend handles carry no data."""
-    return {tuple(np.round(line.get_ydata(), 6)): [float(v) for v in line.get_xdata()]
-            for line in ax.get_lines() if len(line.get_xdata())}
 
-
-def _seed_mean_of_best_lr(m: pd.DataFrame, mixer: str, L: int, d: int) -> float:
-    at = m[(m["mixer"] == mixer) & (m["seq_len"] == L) & (m["d_model"] == d)]
-    return float(np.mean([at.loc[at["seed"] == s, "accuracy"].max() for s in (0, 1, 2)]))
-
-
-def test_mqar_accuracy_vs_state_size_is_best_lr_then_seed_mean(tmp_path, figures):
-    df = synthetic_frame()
-    assert plots.plot_mqar_state(df, tmp_path).name == "mqar_accuracy_vs_state_size.png"
-    m = df[df["task"] == "mqar"]
-    fig = figures["mqar_accuracy_vs_state_size.png"]
-    assert sorted(ax.get_title() for ax in fig.axes) == ["L = 256, 4 kv pairs", "L = 64, 4 kv pairs"]
-    for ax in fig.axes:
-        L = int(ax.get_title().split("=")[1].split(",")[0])
-        assert ax.get_xscale() == "log"
-        expect = {tuple(np.round([_seed_mean_of_best_lr(m, mixer, L, d) for d in (32, 64)], 6)): xs
-                  for mixer, xs in (("attention", [2 * 32 * L, 2 * 64 * L]), ("mamba", [500, 500]))}
-        assert _curves(ax) == expect  # mamba's two widths share a state size: both drawn, not averaged
-    # a control run at one of the two lengths stays out of the figure (the tables read it)
-    control = m[(m["mixer"] == "mamba") & (m["seq_len"] == 64)].assign(mixer="mamba control",
-                                                                        label="mamba control")
-    plots.plot_mqar_state(pd.concat([df, control]), tmp_path)
-    labels = [t.get_text() for t in figures["mqar_accuracy_vs_state_size.png"].legends[0].get_texts()]
-    assert labels == ["attention", "mamba"]
-
-
-def test_lm_curves_against_flops_name_each_models_flops_per_token(tmp_path, figures):
-    df = synthetic_frame()
-    assert [p.name for p in plots.plot_lm_curves(df, tmp_path)] == ["wikitext2_val_ppl_vs_tokens.png",
-                                                                    "wikitext2_val_ppl_vs_flops.png"]
-    ax = figures["wikitext2_val_ppl_vs_flops.png"].axes[0]
-    tokens = [320.0, 640.0]
-    assert _curves(ax) == {(310.0, 280.0): [t * 42.3e6 for t in tokens], (310.0, 285.0): [t * 1.5e3 for t in tokens]}
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["attention (42.3 MFLOP/token)",
-                                                                   "mamba (1.5 kFLOP/token)"]
-    assert ax.get_xlabel() == "training FLOPs"
-    old = df.copy()  # one run from before records carried the field: tokens only
-    old.loc[old.index[old["task"] == "wikitext2"][0], "train_flops_per_token"] = np.nan
-    assert [p.name for p in plots.plot_lm_curves(old, tmp_path)] == ["wikitext2_val_ppl_vs_tokens.png"]
 
 
 def test_mad_score_is_the_mean_of_best_of_sweep_accuracies():
@@ -391,46 +300,6 @@ def test_a_diverged_mad_run_counts_at_its_evaluation_before():
     assert "| b (ours) | – | 1 | 0.400 | 0.400 |" in mad_table(frame, pd.DataFrame(columns=["task", "model", "setting", "value"]))
 
 
-def test_mad_figure_shows_each_task_and_the_score(tmp_path, monkeypatch):
-    from results import plots
-
-    rows = pd.DataFrame([{"task": "mad", "run_status": "ok", "label": label, "mad_task": task, "setting": task,
-                          "lr": lr, "weight_decay": 0.0, "accuracy": acc, "seed": 0}
-                         for label, task, lr, acc in (("a", "copy", 1e-3, 0.9), ("a", "copy", 1e-4, 0.1),
-                                                      ("a", "recall", 1e-3, 0.5), ("b", "copy", 1e-3, 0.2),
-                                                      ("b", "recall", 1e-3, 0.4))])
-    drawn = {}
-    monkeypatch.setattr(plots, "_save", lambda fig, path: drawn.setdefault(path.name, fig) and path)
-    plots.plot_mad(rows, tmp_path)
-    bars = drawn["mad_accuracy_by_task.png"].axes[0].patches
-    heights = sorted(round(b.get_height(), 6) for b in bars if b.get_height() > 0)
-    # best of the sweep per task, then each model's MAD score (the mean over its tasks)
-    assert heights == [0.2, 0.3, 0.4, 0.5, 0.7, 0.9]
-    assert plots.plot_mad(rows.assign(task="mqar"), tmp_path) is None  # no MAD runs: no figure
-
-
-def test_mad_figure_sets_ours_against_the_published_scores(tmp_path, monkeypatch):
-    from results import plots
-
-    rows = pd.DataFrame([{"task": "mad", "run_status": "ok", "label": label, "mad_task": task, "setting": task,
-                          "lr": 1e-3, "weight_decay": 0.0, "accuracy": acc, "seed": 0}
-                         for label, task, acc in (("attention", "copy", 0.9), ("attention", "recall", 0.5),
-                                                  ("mamba", "copy", 0.3), ("grassmann", "copy", 0.1))])
-    published = pd.DataFrame([{"task": "mad", "model": model, "mixer": mixer, "setting": task, "value": v}
-                              for model, mixer, c, r in (("Transformer", "attention", 1.0, 0.8), ("Mamba", "mamba", 0.6, 0.4),
-                                                         ("Hyena", "grassmann", 0.2, 0.2))
-                              for task, v in (("copy", c), ("recall", r), ("average", (c + r) / 2))])
-    drawn = {}
-    monkeypatch.setattr(plots, "_save", lambda fig, path: drawn.setdefault(path.name, fig) and path)
-    plots.plot_mad_published(rows, tmp_path, published)
-    points, ring = drawn["mad_vs_published.png"].axes[0].collections[:2]
-    # (published, ours) per mixer both have and task both ran; the MAD score only where we ran
-    # every task the published one averages (mamba and grassmann lack recall)
-    assert sorted(map(tuple, points.get_offsets().round(6).tolist())) == [
-        (0.2, 0.1), (0.6, 0.3), (0.8, 0.5), (0.9, 0.7), (1.0, 0.9)]
-    assert ring.get_offsets().round(6).tolist() == [[0.9, 0.7]]
-    assert plots.plot_mad_published(rows, tmp_path, None) is None  # no published numbers, no figure
-    assert plots.plot_mad_published(rows.assign(label="gla"), tmp_path, published) is None  # no mixer in common
 
 
 def test_mad_report_shows_the_published_scores_beside_ours():
