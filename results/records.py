@@ -131,6 +131,20 @@ def records_frame(records: list[dict]):
     return pd.DataFrame(rows)
 
 
+def combine(frames: dict):
+    """Several sweeps' tables (``records_frame``, by sweep name) as one, to draw on one
+    figure: a label that two sweeps share becomes "label [sweep]" in each, so a user's
+    runs sit beside the reference ones without merging record folders."""
+    import pandas as pd
+
+    if len(frames) == 1:
+        return next(iter(frames.values()))
+    owners = pd.concat([f[["label"]].drop_duplicates().assign(source=name) for name, f in frames.items()])
+    shared = set(owners["label"][owners["label"].duplicated()])
+    return pd.concat([f.assign(label=f["label"].where(~f["label"].isin(shared), f["label"] + f" [{name}]"))
+                      for name, f in frames.items()], ignore_index=True)
+
+
 def export_csv(frame, out: str | Path) -> Path:
     """``records_frame``'s table as a CSV (``linbench export``): curves and other lists or
     dicts stay JSON in their cells."""

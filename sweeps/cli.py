@@ -129,8 +129,14 @@ def parser() -> argparse.ArgumentParser:
     logs.add_argument("run", help="a run id (or its first characters) or a label")
     logs.add_argument("--lines", type=int, default=40, help="lines of the log's tail (default 40)")
     verb("cancel", "cancel the sweep's queued and running jobs (running ones checkpoint first)")
-    plot = verb("plot", "draw the sweep's figures (PNG)")
-    plot.add_argument("--out", help="folder for the PNGs (default RESULTS_DIR/SWEEP/plots)")
+    plot = verb("plot", "draw the sweep's figures (PNG, each with a CSV of its points); several sweeps or "
+                        "record folders on one figure")
+    plot.add_argument("more", nargs="*", metavar="SWEEP", help="more sweeps (names, files) or record folders to "
+                      "draw beside the first; a label two of them share is told apart by its sweep")
+    plot.add_argument("--out", help="folder for the figures (default RESULTS_DIR/SWEEP/plots; for several: "
+                      "results/compare/A+B/plots)")
+    plot.add_argument("--format", action="append", choices=["svg", "pdf"], default=[], dest="formats",
+                      help="also write each figure in this format (repeatable)")
     plot.add_argument("--published", default=str(PUBLISHED), help="CSV of published numbers")
     report = verb("report", "write a Markdown report beside the published numbers")
     report.add_argument("--out", help="file (default RESULTS_DIR/SWEEP/report.md)")
@@ -370,14 +376,33 @@ def _frame(args, sweep):
     return records_frame(records)
 
 
-def cmd_plot(args, sweep) -> int:
+def _source(name: str, results_dir: str | None):
+    """A sweep named on the command line, or a folder of records: (its name, its records'
+    table, its folder)."""
+    from results.records import records_frame
+    folder = Path(name)
+    if folder.is_dir() and any(folder.glob("*.json")):
+        return folder.name, records_frame(load_records(folder)), folder
+    sweep = load_sweep(name)
+    folder = Path(results_dir_for(sweep, results_dir)) / sweep.name
+    records = load_records(folder, [run.run_id for run in sweep.runs])
+    if not records:
+        raise SweepError(f"{sweep.name}: no records under {folder}; run it first")
+    return sweep.name, records_frame(records), folder
+
+
+def cmd_plot(args) -> int:
     from results.plots import plot_all
-    out = Path(args.out or Path(args.results_dir) / sweep.name / "plots")
-    paths = plot_all(_frame(args, sweep), out, args.published)
+    from results.records import combine
+    sources = [_source(name, args.results_dir) for name in [args.sweep, *args.more]]
+    frame = combine({name: table for name, table, _ in sources})
+    names = [name for name, _, _ in sources]
+    default = sources[0][2] / "plots" if len(sources) == 1 else Path("results") / "compare" / "+".join(names) / "plots"
+    paths = plot_all(frame, Path(args.out or default), args.published, tuple(args.formats))
     for path in paths:
         print(path)
     if not paths:
-        print(f"{sweep.name}: no figure applies to these records")
+        print(f"{' + '.join(names)}: no figure applies to these records")
     return 0
 
 
@@ -402,9 +427,11 @@ def cmd_export(args, sweep) -> int:
 
 
 def cmd_headline(args) -> int:
-    from results.paper import headline
+    from results.paper import figure, headline
     planned = {sweep: len(load_sweep(sweep).runs) for sweep in headline.reference_sweeps()}
     made = headline.tables(planned)
+    # the README's figure, redrawn from the same records and published.csv as the tables
+    print(f"drew {figure.gap_figure()} (+ .csv)")
     if args.write:
         args.write.write_text(headline.update(args.write.read_text(), made))
         print(f"rewrote {', '.join(made)} in {args.write}")
@@ -431,12 +458,14 @@ def main(argv=None) -> int:
     try:
         if args.verb == "headline":
             return cmd_headline(args)
+        if args.verb == "plot":  # its sources may be record folders, not sweeps
+            return cmd_plot(args)
         sweep = load_sweep(args.sweep)
         args.hints = Hints(args.sweep, args.results_dir, run_options(p.run_verb, args) if args.verb == "run" else (),
                            tuple(getattr(args, "only", None) or ()))
         args.results_dir = results_dir_for(sweep, args.results_dir)
         verbs = {"run": cmd_run, "status": cmd_status, "logs": cmd_logs, "cancel": cmd_cancel, "export": cmd_export,
-                 "plot": cmd_plot, "report": cmd_report, "sample": cmd_sample}
+                 "report": cmd_report, "sample": cmd_sample}
         return verbs[args.verb](args, sweep)
     except SweepError as exc:
         print(f"linbench: {exc}", file=sys.stderr)

@@ -184,17 +184,31 @@ def precision_verdict(bf16: pd.DataFrame, fp32: pd.DataFrame, metric: str = "bes
             + (f" ({', '.join(swapped)})." if swapped else "."))
 
 
-def published_gaps(published: pd.DataFrame, settings=("6L/128", "6L/256"), split: str = "validation") -> str:
+def published_gap_rows(published: pd.DataFrame, settings, splits=("validation",)) -> list[dict]:
     """Each source's Grassmann-vs-attention gap in each of ``settings`` (layers/context),
-    from the first value it gives of each."""
-    rows = published[(published["task"] == "wikitext2") & (published["split"] == split)]
-    lines = []
+    from the first value it gives of each mixer, in the first of ``splits`` where it gives
+    both: dicts of source, setting, split, attention, grassmann (perplexities) and gap
+    (grassmann / attention - 1, a fraction). The table below and the headline figure
+    (``figure.gap_figure``) read the published gaps here, so the two cannot disagree."""
+    rows = published[published["task"] == "wikitext2"]
+    out = []
     for setting in settings:
         for source, grp in rows[rows["setting"] == setting].groupby("source", sort=False):
-            by = grp.groupby("mixer")["value"].first()
-            if {"attention", "grassmann"} <= set(by.index):
-                a, g = float(by["attention"]), float(by["grassmann"])
-                lines.append([source, setting, f"{a:g}", f"{g:g}", _pct(g / a - 1)])
+            for split in splits:
+                by = grp[grp["split"] == split].groupby("mixer")["value"].first()
+                if {"attention", "grassmann"} <= set(by.index):
+                    a, g = float(by["attention"]), float(by["grassmann"])
+                    out.append({"source": source, "setting": setting, "split": split,
+                                "attention": a, "grassmann": g, "gap": g / a - 1})
+                    break
+    return out
+
+
+def published_gaps(published: pd.DataFrame, settings=("6L/128", "6L/256"), split: str = "validation") -> str:
+    """Each source's Grassmann-vs-attention gap in each of ``settings`` (layers/context),
+    from the first value it gives of each (``published_gap_rows``)."""
+    lines = [[r["source"], r["setting"], f"{r['attention']:g}", f"{r['grassmann']:g}", _pct(r["gap"])]
+             for r in published_gap_rows(published, settings, (split,))]
     header = ["source", "layers/L", f"attention {split} ppl", f"Grassmann {split} ppl", "gap"]
     return markdown_table(header, lines, ["---", "---", "---:", "---:", "---:"])
 
