@@ -359,3 +359,26 @@ def test_mqar_and_benchmark_figures_of_every_reference_sweep_match_its_report():
                 assert _fmt(p["y"]) == row[header.index(column)].split(" ±")[0], (sweep.name, name, p["label"])
                 checked += 1
     assert checked >= 100
+
+
+def test_extrapolation_and_published_mad_figures_are_their_headline_tables():
+    from results.paper.headline import extrapolation_table, mad_table
+    text = extrapolation_table(records_frame(load_records(REFERENCE / "extrapolation_cpu")))
+    drawn = points(REFERENCE / "extrapolation_cpu" / "plots", "wikitext2_ppl_by_position.png")
+    table = _cells(text)
+    assert set(drawn["label"]) == set(table)
+    for label, cells in table.items():
+        mine = drawn[drawn["label"] == label]
+        assert f"{mine.loc[mine['x'].idxmax(), 'y']:.1f}" == cells[-2]  # the last bucket of the longest contexts
+    mad = mad_table(records_frame(load_records(REFERENCE / "mad_cpu")))
+    header = [c.strip() for c in mad.splitlines()[0].strip("|").split("|")][1:]
+    table = _cells(mad)
+    pairs = points(REFERENCE / "mad_cpu" / "plots", "mad_vs_published.png")
+    published = {mixer: model for model, mixer in (("Transformer", "attention"), ("Mamba", "mamba"), ("GLA", "gla"))}
+    checked = 0
+    for _, p in pairs[pairs["label"].isin(published)].iterrows():
+        column = header.index(p["task"])
+        assert f"{p['y']:.3f}" == table[f"{p['label']} (ours)"][column].rstrip("*")
+        assert f"{p['x']:.3f}" == table[f"{published[p['label']]} (MAD)"][column]
+        checked += 1
+    assert checked >= 3 * 6

@@ -7,7 +7,7 @@ layers/context. Our points are filled, in the mixer's look (``results.style.look
 their 95 % Welch interval over seeds (``stats.gap_interval``) at each model's learning rate
 chosen on validation (``stats.chosen``): the numbers of ``headline.lm_table``. Published
 points are hollow and grey, a marker per source, each gap against the source's own
-Transformer (``headline.published_gap_rows``). The band is the paper's claimed 10–15 %.
+Transformer (``findings.published_gap_rows``). The band is the paper's claimed 10–15 %.
 
 The CSV beside the PNG (``plots.save_figure``) holds the points as drawn: ``x`` the gap in
 % (ratio of geometric-mean perplexities minus 1, times 100), ``lo``/``hi`` its interval in
@@ -33,7 +33,8 @@ from ..plots import save_figure  # noqa: E402
 from ..records import load_records, records_frame  # noqa: E402
 from ..stats import chosen, gap_interval, read_published  # noqa: E402
 from ..style import look  # noqa: E402
-from .headline import REFERENCE, published_gap_rows  # noqa: E402
+from .findings import published_gap_rows  # noqa: E402
+from .headline import REFERENCE  # noqa: E402
 
 SWEEPS = ("wikitext2_cpu", "wikitext2_6L_cpu")  # the reference sweeps running Grassmann beside attention
 PUBLISHED_SETTINGS = ("6L/128", "6L/256", "12L/256")  # the paper's two tables and Infatoshi's context

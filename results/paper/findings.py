@@ -331,6 +331,27 @@ def mqar_reach(frame: pd.DataFrame) -> str:
     return markdown_table(header, lines, ["---"] + ["---:"] * len(lengths))
 
 
+def published_gap_rows(published: pd.DataFrame, settings, splits=("validation",)) -> list[dict]:
+    """Each source's Grassmann-vs-attention gap in each of ``settings`` (layers/context),
+    from the first value it gives of each mixer, in the first of ``splits`` where it gives
+    both: dicts of source, setting, split, attention, grassmann (perplexities) and gap
+    (grassmann / attention - 1, a fraction). The headline's table, ``gap_placement`` and
+    the headline figure (``figure.gap_figure``) all read the published gaps here, so they
+    cannot disagree."""
+    rows = published[published["task"] == "wikitext2"]
+    out = []
+    for setting in settings:
+        for source, grp in rows[rows["setting"] == setting].groupby("source", sort=False):
+            for split in splits:
+                by = grp[grp["split"] == split].groupby("mixer")["value"].first()
+                if {"attention", "grassmann"} <= set(by.index):
+                    a, g = float(by["attention"]), float(by["grassmann"])
+                    out.append({"source": source, "setting": setting, "split": split,
+                                "attention": a, "grassmann": g, "gap": g / a - 1})
+                    break
+    return out
+
+
 def gap_placement(frame: pd.DataFrame, published: pd.DataFrame, setting: str = "6L/128") -> str:
     """Our Grassmann-vs-attention validation gap at each model's best learning rate, its
     interval and seeds, beside the range of the published gaps at ``setting``: context,
@@ -340,13 +361,7 @@ def gap_placement(frame: pd.DataFrame, published: pd.DataFrame, setting: str = "
     if not all(ours.values()):
         return "No Grassmann-vs-attention gap yet: a side has no finished run."
     gap, low, high = gap_interval(ours["grassmann"], ours["attention"])
-    rows = published[(published["task"] == "wikitext2") & (published["split"] == "validation")
-                     & (published["setting"] == setting)]
-    theirs = []
-    for source, grp in rows.groupby("source", sort=False):
-        by = grp.groupby("mixer")["value"].first()
-        if {"attention", "grassmann"} <= set(by.index):
-            theirs.append(float(by["grassmann"]) / float(by["attention"]) - 1)
+    theirs = [row["gap"] for row in published_gap_rows(published, (setting,))]
     pct = (lambda x: f"{100 * x:+.1f} %".replace("-", "−"))
     tried = {m: int(ok.loc[ok["label"] == m, "lrs_tried"].iloc[0]) for m in ours}
     seeds = (f"seeds: {len(ours['grassmann'])} Grassmann, {len(ours['attention'])} attention; best of "

@@ -15,10 +15,10 @@ import pandas as pd
 
 from ..records import load_records, records_frame
 from ..report import mad_changes, markdown_table
-from ..stats import (at_best_lr, gap_interval, lr_means, mad_params, mad_runs, mad_scores, position_curves,
+from ..stats import (at_best_lr, bracket, gap_interval, mad_params, mad_runs, mad_scores, position_curves,
                      published_mad_scores, read_published)
 from .findings import (decode_law, gap_placement, grid_bound, mad_agreement, mad_reach, mad_seeds, mqar_best, mqar_reach, point_text,
-                       reading_gaps, zoology_findings)
+                       published_gap_rows, reading_gaps, zoology_findings)
 
 REFERENCE = Path(__file__).resolve().parents[1] / "reference"
 
@@ -98,22 +98,20 @@ def lm_table(frame: pd.DataFrame) -> str:
 
 
 def lr_bracket(frame: pd.DataFrame) -> str:
-    """Per model tried at more than one learning rate: the best validation perplexity at
-    each rate, on the seeds every rate has run (the bracket's), the best in bold: the
-    rate ``lm_table`` reads the model at."""
+    """Per model tried at more than one learning rate (``stats.bracket``): the best
+    validation perplexity at each rate, on the seeds every rate has run (the bracket's),
+    the best in bold: the rate ``lm_table`` reads the model at."""
     ok = frame[(frame["task"] == "wikitext2") & (frame["run_status"] == "ok")]
-    ok = ok.assign(lr=ok["config.train.lr"])
-    lrs = sorted(ok["lr"].unique())
-    lines = []
-    for label, grp in ok.groupby("label"):
-        if grp["lr"].nunique() < 2:
-            continue
-        means, shared = lr_means(grp, "best_val_ppl")
-        cells = [("–" if lr not in means else f"**{means[lr]:.1f}**" if lr == means.idxmin() else f"{means[lr]:.1f}")
-                 for lr in lrs]
-        lines.append([label, ", ".join(map(str, shared)), *cells])
-    if not lines:
+    table = bracket(ok, "wikitext2")
+    if table.empty:
         return "*No model has run at more than one learning rate yet.*"
+    lrs = sorted(ok["config.train.lr"].unique())
+    lines = []
+    for label, grp in table.groupby("label"):
+        at = grp.set_index("lr")
+        cells = [("–" if lr not in at.index else f"**{at.at[lr, 'value']:.1f}**" if at.at[lr, "chosen"]
+                  else f"{at.at[lr, 'value']:.1f}") for lr in lrs]
+        lines.append([label, grp["seeds"].iloc[0], *cells])
     header = ["model", "seeds", *(f"lr {lr:g}" for lr in lrs)]
     return markdown_table(header, lines, ["---", "---"] + ["---:"] * len(lrs))
 
@@ -182,26 +180,6 @@ def precision_verdict(bf16: pd.DataFrame, fp32: pd.DataFrame, metric: str = "bes
             f"move their {name} by no more than one fp32 seed sd; the largest change is {largest} "
             f"({top['label']}, {ratio}); {len(swapped)} of {len(pairs)} pairs of models change order"
             + (f" ({', '.join(swapped)})." if swapped else "."))
-
-
-def published_gap_rows(published: pd.DataFrame, settings, splits=("validation",)) -> list[dict]:
-    """Each source's Grassmann-vs-attention gap in each of ``settings`` (layers/context),
-    from the first value it gives of each mixer, in the first of ``splits`` where it gives
-    both: dicts of source, setting, split, attention, grassmann (perplexities) and gap
-    (grassmann / attention - 1, a fraction). The table below and the headline figure
-    (``figure.gap_figure``) read the published gaps here, so the two cannot disagree."""
-    rows = published[published["task"] == "wikitext2"]
-    out = []
-    for setting in settings:
-        for source, grp in rows[rows["setting"] == setting].groupby("source", sort=False):
-            for split in splits:
-                by = grp[grp["split"] == split].groupby("mixer")["value"].first()
-                if {"attention", "grassmann"} <= set(by.index):
-                    a, g = float(by["attention"]), float(by["grassmann"])
-                    out.append({"source": source, "setting": setting, "split": split,
-                                "attention": a, "grassmann": g, "gap": g / a - 1})
-                    break
-    return out
 
 
 def published_gaps(published: pd.DataFrame, settings=("6L/128", "6L/256"), split: str = "validation") -> str:
