@@ -150,6 +150,20 @@ def parser() -> argparse.ArgumentParser:
     sample.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default); above 0: sampled")
     sample.add_argument("--top-k", type=int, default=None, help="sample among the k likeliest tokens only")
     sample.add_argument("--seed", type=int, default=0, help="the sampling seed (default 0)")
+    vet = verbs.add_parser("vet", help="a report card for one mixer: correctness checks, then recall and cost "
+                           "beside the zoo, in RESULTS_DIR/vet/MIXER/BUDGET/report.md")
+    vet.add_argument("mixer", help="a registered name or an import path (my_pkg.mixers:Mine), options after "
+                     "colons (my_pkg.mixers:Mine:width=3)")
+    vet.add_argument("--against", default="", help="more mixers to time beside it and attention (comma-separated)")
+    vet.add_argument("--budget", default="smoke", choices=["test", "smoke"],
+                     help="test: CI-sized; smoke: about 15 min on 2 CPU cores (default)")
+    vet.add_argument("--results-dir", default="results")
+    vet.add_argument("--executor", default="local", choices=["local", "slurm"])
+    vet.add_argument("--parallel", type=_positive(int), default=2, help="local runs at once (default 2)")
+    vet.add_argument("--partition")
+    vet.add_argument("--time", type=_minutes, help="Slurm limit per job, as for `linbench run`")
+    vet.add_argument("--wait", action="store_true", help="on Slurm, wait for the runs and write the whole card "
+                     "(else rerun `linbench vet` once they finish)")
     headline = verbs.add_parser("headline", help="the reference sweeps' tables (results/reference), or rewrite "
                                 "their marked copies in a Markdown file")
     headline.add_argument("--write", type=Path, help="rewrite the tables marked <!-- headline:NAME --> in this file")
@@ -440,6 +454,19 @@ def cmd_headline(args) -> int:
     return 0
 
 
+def cmd_vet(args) -> int:
+    from tasks.engine.cli import parse_mixers
+    from .vet import vet
+    (mixer, options), *extra = parse_mixers(args.mixer)
+    if extra:
+        raise SweepError(f"vet takes one mixer, got {args.mixer!r}: put the others in --against")
+    slurm = {"partition": args.partition, "time": args.time}
+    card = vet(mixer, options, parse_mixers(args.against) if args.against else [], args.budget, args.results_dir,
+               args.executor, args.parallel, slurm, wait=args.executor == "local" or args.wait)
+    print(card)
+    return 0
+
+
 def results_dir_for(sweep, given: str | None) -> str:
     """RESULTS_DIR as given, else the first results/ folder holding this sweep's records:
     the working directory's, the sweep file's folder's, this checkout's (a shipped sweep
@@ -458,6 +485,8 @@ def main(argv=None) -> int:
     try:
         if args.verb == "headline":
             return cmd_headline(args)
+        if args.verb == "vet":
+            return cmd_vet(args)
         if args.verb == "plot":  # its sources may be record folders, not sweeps
             return cmd_plot(args)
         sweep = load_sweep(args.sweep)

@@ -10,6 +10,7 @@ import torch
 
 import zoo
 from zoo import MIXERS, mixer_class
+from zoo.checks import decode, state_floats as floats, steps_match
 
 D, B, L = 32, 3, 40
 STEPPED = sorted(n for n in MIXERS if mixer_class(n).has_step_form())
@@ -27,36 +28,10 @@ def build(name: str, dtype) -> zoo.Mixer:
     return mixer_class(name)(D, **OPTIONS.get(name, {})).to(dtype).eval()
 
 
-def decode(m: zoo.Mixer, x: torch.Tensor, prompt: int) -> tuple[torch.Tensor, dict]:
-    """Outputs of prefill(x[:, :prompt]) then one step per remaining token, and the state."""
-    state = m.init_state(x.shape[0], x.device, x.dtype)
-    y, state = m.prefill(x[:, :prompt], state)
-    ys = [y]
-    for t in range(prompt, x.shape[1]):
-        y_t, state = m.step(x[:, t], state)
-        ys.append(y_t[:, None])
-    return torch.cat(ys, 1), state
-
-
-def floats(state: dict) -> int:
-    return sum(v.numel() for v in state.values() if torch.is_tensor(v))
-
-
 def assert_steps_match(m: zoo.Mixer, prompt: int) -> None:
-    """The harness: float64, prefill ``prompt`` tokens and step the rest; outputs, the final
-    state and its size against the parallel forward. Any mixer (tests/test_toy_mixer.py's too)."""
-    m = m.to(torch.float64).eval()
-    x = torch.randn(B, L, m.d_model, dtype=torch.float64)
-    with torch.no_grad():
-        want = m(x)
-        got, state = decode(m, x, prompt)
-        # the state after the whole sequence is the one a prefill of all of it leaves
-        _, whole = m.prefill(x, m.init_state(B, dtype=torch.float64))
-    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
-    for key, value in whole.items():
-        if torch.is_tensor(value):
-            torch.testing.assert_close(state[key], value, rtol=1e-10, atol=1e-10)
-    assert floats(state) == B * m.state_size(L)
+    """The harness (``zoo.checks.steps_match``) at this file's batch and length: any mixer
+    (tests/test_toy_mixer.py's and docs/extending.md's skeleton too)."""
+    steps_match(m, prompt, B, L)
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)

@@ -5,6 +5,7 @@ import torch
 
 import zoo
 from zoo import MIXERS, mixer_class
+from zoo.checks import identity_path as check_identity_path
 
 NAMES = sorted(MIXERS)
 D = 64
@@ -35,24 +36,6 @@ def test_mixer_is_causal(name):
 @pytest.mark.parametrize("block", ["prenorm", "postnorm"])
 def test_model_is_causal(name, block):
     zoo.assert_causal(zoo.build_model(small_model(name, block=block), seed=0))
-
-
-def check_identity_path(cfg: zoo.ModelConfig) -> None:
-    """Every block of the model, with each of its dropouts at p = 1 in train mode: the
-    mixer's and the MLP's updates are dropped whole, and what is left is the identity
-    path, x for a pre-LN block and LN2(LN1(x)) for a post-LN one (the block's own norms).
-    A mixer that returns its input inside its output, a dropout on the stream, or a norm
-    in the way fails this."""
-    model = zoo.build_model(cfg, seed=0).train()
-    for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 1.0
-    x = torch.randn(2, 23, cfg.d_model)
-    for i, block in enumerate(model.blocks):
-        assert block.mlp is not None
-        expected = x if cfg.block == "prenorm" else block.norm2(block.norm1(x))
-        torch.testing.assert_close(block(x), expected, rtol=0, atol=0,
-                                   msg=lambda m: f"{cfg.layout} layer {i} ({cfg.block}): {m}")
 
 
 @pytest.mark.parametrize("name", NAMES)
