@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from .plots import plot_mqar_state, plot_scaling
+from .plots import plot_lm_comparison, plot_mad, plot_mqar_state, plot_scaling
 from .report import markdown_table, task_section
-from .stats import best_over_lr, tried_runs
+from .stats import best_over_lr, chosen, gap_interval, mad_runs, mad_scores, tried_runs
 
 SOLVED = 0.9  # the attention control must reach this MQAR accuracy before recall is read
 SEPARABLE = 0.05  # two accuracies closer than this, on one seed a side, are not told apart
@@ -77,6 +77,40 @@ def recall_rows(frame: pd.DataFrame, mixer: str) -> list[list]:
     return out
 
 
+def mad_rows(frame: pd.DataFrame, mixer: str) -> list[list]:
+    """MAD's score (``stats.mad_scores``) of the mixer against attention's."""
+    runs = mad_runs(frame)
+    scores = mad_scores(runs)["MAD score"] if not runs.empty else pd.Series(dtype=float)
+    if mixer not in scores or "attention" not in scores:
+        return [["capabilities (MAD): score at or above attention's", "no run finished", "not run"]]
+    seeds = runs.loc[runs["label"] == mixer, "seed"].nunique()
+    return [["capabilities (MAD): score above attention's",
+             f"{scores[mixer]:.3f} vs {scores['attention']:.3f} ({int(mad_scores(runs).at[mixer, 'settings'])} "
+             f"settings, {_seeds(range(seeds))})", _verdict([scores[mixer]], [scores["attention"]])]]
+
+
+def lm_rows(frame: pd.DataFrame, mixer: str) -> list[list]:
+    """Wikitext-2: the mixer's validation perplexity against parameter-matched attention's,
+    as the gap of geometric means with its Welch interval where both have 2 seeds."""
+    ok = frame[(frame["task"] == "wikitext2") & (frame["run_status"] == "ok")] if "task" in frame else frame
+    if ok.empty:
+        return [["language modelling (Wikitext-2): lower perplexity than attention",
+                 "not run: no local Wikitext-2 (set LINBENCH_DATA)", "not run"]]
+    picked = chosen(ok.dropna(axis=1, how="all"), "wikitext2")
+    mine, base = (picked.loc[picked["label"] == m, "best_val_ppl"].tolist() for m in (mixer, "attention"))
+    if not mine or not base:
+        return [["language modelling (Wikitext-2): lower perplexity than attention", "a side has not finished",
+                 "not run"]]
+    gap, low, high = gap_interval(mine, base)
+    if low is None:
+        verdict = "not separable" if abs(gap) <= SEPARABLE else "holds" if gap < 0 else "does not hold"
+    else:
+        verdict = "holds" if high < 0 else "does not hold" if low > 0 else "not separable"
+    where = "" if low is None else f" [95 % CI {100 * low:+.1f} %, {100 * high:+.1f} %]"
+    return [["language modelling (Wikitext-2): lower validation perplexity than attention, matched parameters",
+             f"{100 * gap:+.1f} %{where} ({len(mine)} vs {len(base)} seeds)", verdict]]
+
+
 def cost_rows(frame: pd.DataFrame, mixer: str) -> list[list]:
     """The training step (forward and backward) at the longest length both ran, against
     attention's: faster or slower, by the ratio of mean times over seeds."""
@@ -112,7 +146,7 @@ def card_markdown(mixer: str, meta: dict, checks: list[dict], frame: pd.DataFram
     runs' records (None when correctness stopped the card)."""
     lines, correct = correctness_rows(checks)
     if correct and frame is not None:
-        lines += recall_rows(frame, mixer) + cost_rows(frame, mixer)
+        lines += recall_rows(frame, mixer) + mad_rows(frame, mixer) + lm_rows(frame, mixer) + cost_rows(frame, mixer)
     parts = [f"# linbench vet: {mixer}",
              f"Budget **{meta['budget']}** ({meta['note']}); seeds {', '.join(map(str, meta['seeds']))}; "
              f"{meta['hardware']}; commit {meta['commit']}.",
@@ -125,8 +159,11 @@ def card_markdown(mixer: str, meta: dict, checks: list[dict], frame: pd.DataFram
         return "\n\n".join(parts) + "\n"
     if frame is not None:
         parts += _stage("Recall: MQAR", frame, "mqar", [plot_mqar_state(frame, plots_dir)], plots_dir)
+        parts += _stage("Capabilities: MAD's six tasks", frame, "mad", [plot_mad(frame, plots_dir)], plots_dir)
+        parts += _stage("Language modelling: Wikitext-2", frame, "wikitext2", [plot_lm_comparison(frame, plots_dir)],
+                        plots_dir)
         parts += _stage("Cost: the training step against L", frame, "scaling", plot_scaling(frame, plots_dir),
                         plots_dir)
-    parts.append("Not on this card yet: MAD's six tasks and Wikitext-2 (this version of `linbench vet` runs "
-                 "correctness, recall and cost).")
+    parts.append("Not on this card yet: the zoo's own rows beside the mixer (from the reference records where the "
+                 "settings match) and the `cpu` and `gpu` budgets.")
     return "\n\n".join(parts) + "\n"

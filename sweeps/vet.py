@@ -6,7 +6,9 @@ future, does not return its update, gives NaN gradients or whose step form disag
 its parallel form gets a card that says which check failed, and nothing is trained. Then
 its stages run as an ordinary sweep (resumable, local or Slurm, records under
 RESULTS_DIR/vet/<mixer>/<budget>/): recall (MQAR beside attention and the sliding window,
-the controls) and cost (the training step against L beside attention and ``--against``).
+the controls), capabilities (MAD's six tasks beside attention), language modelling
+(Wikitext-2, parameter-matched to attention) and cost (the training step against L beside
+attention and ``--against``).
 A budget sizes all of it; the card's first line names the budget, seeds, hardware and
 commit.
 """
@@ -22,10 +24,13 @@ import zoo
 from tasks.benchmarks.scaling import ScalingConfig
 from tasks.engine.runs import cpu_name, provenance
 from tasks.engine.train import TrainConfig
+from tasks.mad.data import BASELINES
+from tasks.mad.task import sweep_configs
 from tasks.mqar.task import MQARConfig
+from tasks.wikitext2 import paper_model_config, preset_config
 
 from .launch import launch
-from .spec import RunConfig, Sweep, validate
+from .spec import RunConfig, Sweep, local_data_dir, matched_models, validate
 
 CONTROLS = {"attention": {"n_heads": 1}, "sliding_window": {"n_heads": 1, "window": 16}}  # Zoology's MQAR setup
 
@@ -41,16 +46,21 @@ class Budget:
     lrs: tuple
     train_examples: int
     scaling: dict  # ScalingConfig fields: d_model, min_len, max_len, tokens, repeats
+    mad_steps: int  # each of MAD's six tasks at its baseline, examples capped at mad_examples
+    mad_examples: tuple  # (train, test)
+    lm_tokens: int  # Wikitext-2 training tokens, the tiny preset, parameter-matched to attention
 
 
 BUDGETS = {
     "test": Budget("CI-sized, about a minute on 2 cores: it exercises every stage and says nothing of quality",
                    seeds=(0,), seq_len=32, kv_pairs=2, widths=(16,), steps=30, lrs=(3e-3,), train_examples=256,
-                   scaling=dict(d_model=16, min_len=32, max_len=64, tokens=256, repeats=1)),
+                   scaling=dict(d_model=16, min_len=32, max_len=64, tokens=256, repeats=1),
+                   mad_steps=6, mad_examples=(64, 32), lm_tokens=4096),
     "smoke": Budget("about 15 minutes on 2 CPU cores, one seed: a first look, not a verdict to publish",
-                    seeds=(0,), seq_len=64, kv_pairs=4, widths=(32, 64), steps=600, lrs=(3e-3,),
-                    train_examples=8_000,
-                    scaling=dict(d_model=64, min_len=256, max_len=1024, tokens=4096, repeats=2)),
+                    seeds=(0,), seq_len=64, kv_pairs=4, widths=(32, 64), steps=1500, lrs=(3e-3,),
+                    train_examples=20_000,
+                    scaling=dict(d_model=64, min_len=256, max_len=1024, tokens=4096, repeats=2),
+                    mad_steps=150, mad_examples=(2_000, 256), lm_tokens=100_000),
 }
 
 
@@ -77,11 +87,42 @@ def stage_runs(mixer: str, options: dict, against: list[tuple[str, dict]], budge
                                      num_kv_pairs=b.kv_pairs, num_train_examples=b.train_examples,
                                      num_test_examples=256)
                     runs.append(RunConfig("mqar", cfg, label=name))
+        runs += mad_runs(mixer, options, budget, seed) + lm_runs(mixer, options, budget, seed)
         timed = {mixer: options, "attention": {}, **dict(against)}
         for name, opts in timed.items():
             cfg = ScalingConfig(mixer=name, mixer_options=opts, seed=seed, warmup=1, device="cpu", **b.scaling)
             runs.append(RunConfig("scaling", cfg, label=name, alone=True))
     return runs
+
+
+def mad_runs(mixer: str, options: dict, budget: Budget, seed: int) -> list[RunConfig]:
+    """MAD's six tasks at their baselines (examples capped by the budget), the mixer and
+    the zoo's attention (mad_cpu's control), at MAD's one learning rate of mad_cpu."""
+    train, test = budget.mad_examples
+    settings = [(task, {"num_train_examples": min(train, base["baseline"]["num_train_examples"]),
+                        "num_test_examples": min(test, base["baseline"]["num_test_examples"])})
+                for task, base in BASELINES.items()]
+    return [RunConfig("mad", cfg, label=name)
+            for name, opts in ((mixer, options), ("attention", {"n_heads": 4, "rotary": 0}))
+            for cfg in sweep_configs(name, settings, options=opts, lrs=(1e-3,), weight_decays=(0.0,),
+                                     batch_size=32, max_steps=budget.mad_steps, evals=3, seed=seed)]
+
+
+def lm_runs(mixer: str, options: dict, budget: Budget, seed: int) -> list[RunConfig]:
+    """Wikitext-2 at the tiny preset, the mixer resized to attention's parameter count
+    without embeddings; none where no local copy of the data is found (the card says so)."""
+    data = local_data_dir()
+    if data is None:
+        return []
+    base = paper_model_config("attention", "tiny")
+    models = {"attention": base, **matched_models(base, {mixer: (mixer, options)}, knob="auto")}
+    out = []
+    for label, model in models.items():
+        cfg = preset_config("tiny", model.mixer, model=model, seed=seed, data_dir=data, tokenizer="wordpiece",
+                            wordpiece_vocab=8192, budget_tokens=budget.lm_tokens,
+                            eval_every_tokens=budget.lm_tokens // 2, eval_tokens=min(16_384, budget.lm_tokens))
+        out.append(RunConfig("wikitext2", cfg.replace(train=cfg.train.replace(device="cpu")), label=label))
+    return out
 
 
 def meta(budget: str) -> dict:

@@ -11,6 +11,7 @@ import pytest
 
 from results.card import _verdict
 from sweeps.cli import main as cli
+from sweeps.spec import local_data_dir
 
 TESTS = Path(__file__).resolve().parent
 
@@ -36,11 +37,15 @@ def test_a_correct_outside_mixer_gets_every_section(tmp_path):
     verdicts = text.split("## Verdicts")[1].split("\n## ")[0]
     assert "| correct: causal, returns its update, trains finite (fp32, bf16) | 9 of 9 checks pass | holds |" in verdicts
     assert "recall (MQAR, L 32, d 16)" in verdicts and "cost: training step faster than attention at L 64" in verdicts
-    for section in ("## Correctness", "## Recall: MQAR", "## Cost: the training step against L"):
+    for section in ("## Correctness", "## Recall: MQAR", "## Capabilities: MAD's six tasks",
+                    "## Language modelling: Wikitext-2", "## Cost: the training step against L"):
         assert section in text
     for figure in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text):
         assert (folder / figure).is_file()
-    assert len(list(folder.glob("*.json"))) == 5  # 3 MQAR runs (it and two controls), 2 timings
+    lm = 2 if local_data_dir() else 0  # Wikitext-2 runs where the data is here: it and attention
+    assert len(list(folder.glob("*.json"))) == 3 + 12 + lm + 2  # MQAR (it and 2 controls), MAD (6 tasks x 2), timings
+    assert ("language modelling (Wikitext-2): lower validation perplexity" in verdicts) == bool(lm)
+    assert "capabilities (MAD): score above attention's" in verdicts
     # a second vet resumes: nothing reruns, the same card
     assert cli(["vet", "outside_mixers.shift:ShiftMix", "--budget", "test", "--results-dir", str(tmp_path)]) == 0
 
