@@ -268,6 +268,9 @@ def plot_lr_bracket(df: pd.DataFrame, out: Path, task: str = "wikitext2") -> Pat
     pick = points[points["chosen"].astype(bool)]
     axes[0].scatter(pick["x"], pick["y"], s=160, facecolors="none", edgecolors=pick["colour"], lw=1.4, zorder=4)
     axes[0].set(xscale="log", xlabel="learning rate", ylabel="best validation perplexity")
+    rates = sorted(points["x"].unique())
+    axes[0].set_xticks(rates, [f"{r:g}" for r in rates])  # the rates tried, as written in a sweep
+    axes[0].xaxis.set_minor_locator(ticker.NullLocator())
     _log_y(axes[0])
     axes[0].set_title("ringed: the rate each model is read at", fontsize=8)
     _legend(fig, axes, "model, seeds every rate ran")
