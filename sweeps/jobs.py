@@ -18,6 +18,7 @@ import os
 import socket
 import time
 import traceback
+import zlib
 from pathlib import Path
 
 import submitit
@@ -158,6 +159,7 @@ class RunJob(submitit.helpers.Checkpointable):
     def __call__(self) -> str:
         job = submitit.JobEnvironment()
         if job.num_tasks > 1:  # one run over several tasks: torch.distributed's rendezvous
+            os.environ.setdefault("MASTER_PORT", str(rendezvous_port(job.job_id)))
             submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
         if job.global_rank == 0:
             # where the run trains, for `linbench cancel` (a local job's pid is submitit's shell)
@@ -186,6 +188,19 @@ class RunJob(submitit.helpers.Checkpointable):
         print(f"[linbench] run {self.run.run_id} ({self.run.name}): {status}"
               + hint.format(logs=hints.command("logs", self.run.run_id), rerun=hints.rerun([self.run.run_id])),
               flush=True)
+
+
+def rendezvous_port(job_id: str, ports: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int:
+    """The port rank 0 listens on for a multi-task job, the same in every task (a hash of
+    the job id), and below the kernel's ephemeral range: submitit's own pick (20000-60000)
+    overlaps it, so srun's and slurmstepd's own sockets could hold it first (EADDRINUSE,
+    seen on a one-node Slurm, the job then lost to its time limit)."""
+    try:
+        ephemeral = int(Path(ports).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768  # Linux's default
+    low = 20000 if ephemeral > 21000 else 1024
+    return low + zlib.crc32(str(job_id).encode()) % max(1, ephemeral - low)
 
 
 def log_status(run: RunConfig, status: str, log) -> str:

@@ -451,3 +451,13 @@ def test_a_job_pickled_before_jobs_carried_hints_still_says_its_last_word(tmp_pa
     del job.__dict__["hints"]  # as unpickled from an older version
     job._last_word("cancelled")
     assert "`linbench run ops --only" in capsys.readouterr().out
+
+
+def test_the_rendezvous_port_is_one_per_job_and_below_the_ephemeral_range(tmp_path):
+    from sweeps.jobs import rendezvous_port
+    ports = tmp_path / "ip_local_port_range"
+    ports.write_text("32768\t60999\n")
+    picked = {rendezvous_port(f"{job}", str(ports)) for job in range(200)}
+    assert all(20000 <= p < 32768 for p in picked) and len(picked) > 150  # spread over the range
+    assert rendezvous_port("28", str(ports)) == rendezvous_port("28", str(ports))  # every task agrees
+    assert 20000 <= rendezvous_port("28", str(tmp_path / "missing")) < 32768  # Linux's default
