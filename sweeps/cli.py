@@ -155,7 +155,7 @@ def parser() -> argparse.ArgumentParser:
     vet.add_argument("mixer", help="a registered name or an import path (my_pkg.mixers:Mine), options after "
                      "colons (my_pkg.mixers:Mine:width=3)")
     vet.add_argument("--against", default="", help="more mixers to time beside it and attention (comma-separated)")
-    vet.add_argument("--budget", default="smoke", choices=["test", "smoke"],
+    vet.add_argument("--budget", default="smoke", choices=["test", "smoke", "cpu"],
                      help="test: CI-sized; smoke: about 15 min on 2 CPU cores (default)")
     vet.add_argument("--results-dir", default="results")
     vet.add_argument("--executor", default="local", choices=["local", "slurm"])

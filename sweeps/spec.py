@@ -181,8 +181,8 @@ def shipped_sweeps() -> list[str]:
     return sorted(p.stem for p in SHIPPED.glob("*.py"))
 
 
-def load_sweep(sweep: str | Path) -> Sweep:
-    """Import a sweep file and validate every config in it before anything runs."""
+def sweep_module(sweep: str | Path):
+    """Import a sweep file as a module (its constants and helpers, its ``configs``)."""
     path = resolve_sweep_path(sweep)
     spec = importlib.util.spec_from_file_location(f"linbench_sweep_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
@@ -194,6 +194,13 @@ def load_sweep(sweep: str | Path) -> Sweep:
             spec.loader.exec_module(module)
     except Exception as exc:  # e.g. an invalid config's field used to build the next: report it
         raise SweepError(f"sweep {path.name}: building its configs failed: {type(exc).__name__}: {exc}") from exc
+    return module
+
+
+def load_sweep(sweep: str | Path) -> Sweep:
+    """Import a sweep file and validate every config in it before anything runs."""
+    path = resolve_sweep_path(sweep)
+    module = sweep_module(path)
     configs = getattr(module, "configs", None)
     if not isinstance(configs, (list, tuple)) or not configs:
         raise SweepError(f"sweep {path.name}: must expose `configs`, a non-empty list of RunConfig")

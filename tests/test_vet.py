@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import zoo
 from results.card import _verdict
 from sweeps.cli import main as cli
 from sweeps.spec import local_data_dir
@@ -43,7 +44,9 @@ def test_a_correct_outside_mixer_gets_every_section(tmp_path):
     for figure in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text):
         assert (folder / figure).is_file()
     lm = 2 if local_data_dir() else 0  # Wikitext-2 runs where the data is here: it and attention
-    assert len(list(folder.glob("*.json"))) == 3 + 12 + lm + 2  # MQAR (it and 2 controls), MAD (6 tasks x 2), timings
+    decodes = sum(zoo.mixer_class(m).has_step_form() for m in ("outside_mixers.shift:ShiftMix", "attention"))
+    # MQAR (it and 2 controls), MAD (6 tasks x 2), training-step timings (it and attention), decode timings
+    assert len(list(folder.glob("*.json"))) == 3 + 12 + lm + 2 + decodes
     assert ("language modelling (Wikitext-2): lower validation perplexity" in verdicts) == bool(lm)
     assert "capabilities (MAD): score above attention's" in verdicts
     # a second vet resumes: nothing reruns, the same card

@@ -91,10 +91,11 @@ EXTRA_SEEDS = (1, 2)
 MIXERS = ("attention", "gated_deltanet", "gla", "grassmann", "mamba", "mamba2", "retnet", "rwkv6", "sliding_window")
 
 
-def configs_for(mixer: str, settings: list, seed: int = 0) -> list:
+def configs_for(mixer: str, settings: list, seed: int = 0, options: dict | None = None) -> list:
+    """This recipe's runs of ``mixer`` (``options``: its own, else OPTIONS' for a zoo mixer)."""
     return [cfg for task, changes in settings
-            for cfg in sweep_configs(mixer, [(task, changes)], options=OPTIONS.get(mixer), lrs=LRS,
-                                     weight_decays=WEIGHT_DECAYS, batch_size=32, max_steps=STEPS[task], evals=10,
+            for cfg in sweep_configs(mixer, [(task, changes)], options=OPTIONS.get(mixer) if options is None else options,
+                                     lrs=LRS, weight_decays=WEIGHT_DECAYS, batch_size=32, max_steps=STEPS[task], evals=10,
                                      warmup_steps=50, target=0.99, seed=seed)]
 
 

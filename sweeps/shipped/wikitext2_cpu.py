@@ -31,10 +31,14 @@ HYBRIDS = {"gated_deltanet+attention": ("gated_deltanet", PEERS["gated_deltanet"
 base = paper_model_config("attention", "cpu-2L")
 models = matched_models(base, {"attention": ("attention", base.mixer_options),
                                **{m: (m, o) for m, o in PEERS.items()}, **HYBRIDS}, knob="auto")
-configs = []
-for label, model in models.items():
-    for seed in SEEDS:
-        cfg = preset_config("cpu-2L", model.mixer, model=model, seed=seed, data_dir=local_data_dir(),
-                            tokenizer="wordpiece", wordpiece_vocab=8192, budget_tokens=BUDGET,
-                            eval_every_tokens=BUDGET // 8, eval_tokens=EVAL)
-        configs.append(RunConfig("wikitext2", cfg.replace(train=cfg.train.replace(device="cpu")), label=label))
+
+
+def config_for(label: str, model, seed: int) -> RunConfig:
+    """One run of this recipe (``linbench vet --budget cpu`` builds its mixer's with it)."""
+    cfg = preset_config("cpu-2L", model.mixer, model=model, seed=seed, data_dir=local_data_dir(),
+                        tokenizer="wordpiece", wordpiece_vocab=8192, budget_tokens=BUDGET,
+                        eval_every_tokens=BUDGET // 8, eval_tokens=EVAL)
+    return RunConfig("wikitext2", cfg.replace(train=cfg.train.replace(device="cpu")), label=label)
+
+
+configs = [config_for(label, model, seed) for label, model in models.items() for seed in SEEDS]
