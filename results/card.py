@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from .plots import plot_lm_comparison, plot_mad, plot_mqar_state, plot_scaling
+import zoo
+
+from .plots import plot_decode, plot_lm_comparison, plot_mad, plot_mqar_state, plot_scaling
 from .report import markdown_table, task_section
 from .stats import best_over_lr, chosen, gap_interval, mad_runs, mad_scores, tried_runs
 
@@ -31,8 +33,10 @@ def _verdict(ours: list[float], theirs: list[float], higher_is_better: bool = Tr
     return "holds" if (gap > 0) == higher_is_better else "does not hold"
 
 
-def _seeds(values: list) -> str:
-    return f"{len(values)} seed{'s' if len(values) != 1 else ''}"
+def _seeds(values) -> str:
+    """'1 seed', '3 seeds': ``values`` is the seeds' values or their count."""
+    n = values if isinstance(values, int) else len(values)
+    return f"{n} seed{'s' if n != 1 else ''}"
 
 
 def correctness_rows(checks: list[dict]) -> tuple[list[list], bool]:
@@ -78,15 +82,24 @@ def recall_rows(frame: pd.DataFrame, mixer: str) -> list[list]:
 
 
 def mad_rows(frame: pd.DataFrame, mixer: str) -> list[list]:
-    """MAD's score (``stats.mad_scores``) of the mixer against attention's."""
+    """MAD's score (``stats.mad_scores``) of the mixer beside attention's, the verdict read
+    on the tasks the attention control solves (a task no control solves says nothing of
+    the mixer): the mean over those tasks, mixer against control."""
     runs = mad_runs(frame)
-    scores = mad_scores(runs)["MAD score"] if not runs.empty else pd.Series(dtype=float)
-    if mixer not in scores or "attention" not in scores:
-        return [["capabilities (MAD): score at or above attention's", "no run finished", "not run"]]
-    seeds = runs.loc[runs["label"] == mixer, "seed"].nunique()
-    return [["capabilities (MAD): score above attention's",
-             f"{scores[mixer]:.3f} vs {scores['attention']:.3f} ({int(mad_scores(runs).at[mixer, 'settings'])} "
-             f"settings, {_seeds(range(seeds))})", _verdict([scores[mixer]], [scores["attention"]])]]
+    scored = mad_scores(runs) if not runs.empty else pd.DataFrame()
+    claim = "capabilities (MAD): above attention on the tasks the control solves"
+    if mixer not in scored.index or "attention" not in scored.index:
+        return [[claim, "no run finished", "not run"]]
+    tasks = [c for c in scored.columns if c not in ("MAD score", "settings")]
+    solved = [t for t in tasks if scored.at["attention", t] >= SOLVED]
+    seeds = int(runs.loc[runs["label"] == mixer, "seed"].nunique())
+    number = (f"MAD score {scored.at[mixer, 'MAD score']:.3f} vs {scored.at['attention', 'MAD score']:.3f} "
+              f"({int(scored.at[mixer, 'settings'])} settings, up to {_seeds(seeds)}); the control solves "
+              f"{len(solved)} of {len(tasks)} tasks (≥ {SOLVED})")
+    if not solved:
+        return [[claim, number, "does not hold: no task is read"]]
+    mine, control = (float(scored.loc[label, solved].mean()) for label in (mixer, "attention"))
+    return [[claim, f"{mine:.3f} vs {control:.3f} on {', '.join(solved)}; {number}", _verdict([mine], [control])]]
 
 
 def lm_rows(frame: pd.DataFrame, mixer: str) -> list[list]:
@@ -111,24 +124,38 @@ def lm_rows(frame: pd.DataFrame, mixer: str) -> list[list]:
              f"{100 * gap:+.1f} %{where} ({len(mine)} vs {len(base)} seeds)", verdict]]
 
 
-def cost_rows(frame: pd.DataFrame, mixer: str) -> list[list]:
-    """The training step (forward and backward) at the longest length both ran, against
-    attention's: faster or slower, by the ratio of mean times over seeds."""
-    rows = frame[(frame.get("task") == "scaling") & (frame.get("status") == "ok")] if "task" in frame else frame
-    if rows.empty or "median_ms" not in rows:
-        return [["cost: training step faster than attention", "no run finished", "not run"]]
-    rows = rows[rows["pass"] == "fwd_bwd"] if "pass" in rows else rows
-    times = rows.groupby(["label", "seq_len"])["median_ms"].mean()
-    lengths = [L for L in sorted(rows["seq_len"].unique()) if (mixer, L) in times and ("attention", L) in times]
-    if not lengths:
-        return [["cost: training step faster than attention", "no length both ran", "not run"]]
-    L = lengths[-1]
-    ratio = times[mixer, L] / times["attention", L]
-    seeds = rows.loc[rows["label"] == mixer, "seed"].nunique() if "seed" in rows else 1
+def _ratio_row(rows: pd.DataFrame, mixer: str, x: str, y: str, claim: str, unit: str) -> list[list]:
+    """The mixer's mean ``y`` over attention's at the largest ``x`` both measured: faster
+    or slower beyond 10 %, else not separable."""
+    times = rows.groupby(["label", x])[y].mean()
+    common = [v for v in sorted(rows[x].unique()) if (mixer, v) in times and ("attention", v) in times]
+    if not common:
+        return [[claim.format(x="?"), f"no {x} both ran", "not run"]]
+    at = common[-1]
+    ratio = times[mixer, at] / times["attention", at]
     verdict = "not separable" if abs(ratio - 1) < 0.1 else "holds" if ratio < 1 else "does not hold"
-    return [[f"cost: training step faster than attention at L {int(L)}",
-             f"{ratio:.2f}x attention's time ({times[mixer, L]:.1f} vs {times['attention', L]:.1f} ms, "
-             f"{_seeds(range(seeds))})", verdict]]
+    return [[claim.format(x=int(at)), f"{ratio:.2f}x attention's ({times[mixer, at]:.2f} vs "
+             f"{times['attention', at]:.2f} {unit}, one timing run each, same machine)", verdict]]
+
+
+def cost_rows(frame: pd.DataFrame, mixer: str) -> list[list]:
+    """The training step (forward and backward) at the longest length both ran and a
+    generated token after the longest context both held, against attention's."""
+    out = []
+    rows = frame[(frame.get("task") == "scaling") & (frame.get("status") == "ok")] if "task" in frame else frame.iloc[0:0]
+    rows = rows[rows["pass"] == "fwd_bwd"] if "pass" in rows else rows
+    claim = "cost: training step faster than attention at L {x}"
+    out += _ratio_row(rows, mixer, "seq_len", "median_ms", claim, "ms") if "median_ms" in rows and not rows.empty \
+        else [[claim.format(x="?"), "no run finished", "not run"]]
+    rows = frame[(frame.get("task") == "decode") & (frame.get("status") == "ok")] if "task" in frame else frame.iloc[0:0]
+    claim = "cost: a generated token cheaper than attention's after {x} tokens of context"
+    if not zoo.mixer_class(mixer).has_step_form():
+        out.append([claim.format(x="?"), "the mixer has no step (decode) form", "not run"])
+    elif "ms_per_token" in rows and not rows.empty:
+        out += _ratio_row(rows, mixer, "context", "ms_per_token", claim, "ms per token")
+    else:
+        out.append([claim.format(x="?"), "no run finished", "not run"])
+    return out
 
 
 def _stage(title: str, frame: pd.DataFrame, task: str, figures: list, plots_dir: Path) -> list[str]:
@@ -140,17 +167,32 @@ def _stage(title: str, frame: pd.DataFrame, task: str, figures: list, plots_dir:
     return [f"## {title}\n\n{table}", *(f"![{p.stem}]({p.relative_to(plots_dir.parent)})" for p in figures if p)]
 
 
-def card_markdown(mixer: str, meta: dict, checks: list[dict], frame: pd.DataFrame | None, plots_dir: Path) -> str:
+def _first_lines(mixer: str, meta: dict) -> list[str]:
+    """The title and the line that says what the card stands on: budget, seeds, machine,
+    commit, and the committed records its zoo rows were read from."""
+    lines = [f"# linbench vet: {mixer}",
+             f"Budget **{meta['budget']}** ({meta['note']}); seeds {', '.join(map(str, meta['seeds']))}; "
+             f"{meta['hardware']}; commit {meta['commit']}."]
+    ref = meta.get("reference") or {}
+    if ref.get("runs"):
+        lines.append(f"The zoo's rows ({ref['runs']} runs: the controls, and every zoo mixer of the same settings "
+                     f"in the tables and figures) are the committed records of {', '.join(ref['sweeps'])} "
+                     f"(results/reference/), run on {'; '.join(ref['hardware'])}; they were read, not run again. "
+                     "Timings are never read from records: every cost row ran here, side by side.")
+    return lines
+
+
+def card_markdown(mixer: str, meta: dict, checks: list[dict], frame: pd.DataFrame | None, plots_dir: Path,
+                  zoo_rows: pd.DataFrame | None = None) -> str:
     """The whole page: the verdict table, then a section per stage with its table and
-    figure. ``meta``: budget, its note, seeds, hardware, commit; ``frame``: the stage
-    runs' records (None when correctness stopped the card)."""
+    figure. ``meta``: budget, its note, seeds, hardware, commit, reference; ``frame``: the
+    runs of the mixer and its controls (None when correctness stopped the card);
+    ``zoo_rows``: the zoo's other mixers at the same settings, shown beside it in the
+    tables and figures, never in a verdict."""
     lines, correct = correctness_rows(checks)
     if correct and frame is not None:
         lines += recall_rows(frame, mixer) + mad_rows(frame, mixer) + lm_rows(frame, mixer) + cost_rows(frame, mixer)
-    parts = [f"# linbench vet: {mixer}",
-             f"Budget **{meta['budget']}** ({meta['note']}); seeds {', '.join(map(str, meta['seeds']))}; "
-             f"{meta['hardware']}; commit {meta['commit']}.",
-             "## Verdicts\n\n" + markdown_table(["claim", "number", "verdict"], lines)]
+    parts = _first_lines(mixer, meta) + ["## Verdicts\n\n" + markdown_table(["claim", "number", "verdict"], lines)]
     parts.append("## Correctness\n\n" + markdown_table(
         ["check", "result", "detail"],
         [[c["name"], {True: "pass", False: "FAIL", None: "n/a"}[c["passed"]], c["detail"] or ""] for c in checks]))
@@ -158,12 +200,16 @@ def card_markdown(mixer: str, meta: dict, checks: list[dict], frame: pd.DataFram
         parts.append("The card stops here: a mixer that fails a check is not trained or timed.")
         return "\n\n".join(parts) + "\n"
     if frame is not None:
-        parts += _stage("Recall: MQAR", frame, "mqar", [plot_mqar_state(frame, plots_dir)], plots_dir)
-        parts += _stage("Capabilities: MAD's six tasks", frame, "mad", [plot_mad(frame, plots_dir)], plots_dir)
-        parts += _stage("Language modelling: Wikitext-2", frame, "wikitext2", [plot_lm_comparison(frame, plots_dir)],
+        shown = pd.concat([frame, zoo_rows], ignore_index=True) if zoo_rows is not None else frame
+        parts += _stage("Recall: MQAR", shown, "mqar", [plot_mqar_state(shown, plots_dir)], plots_dir)
+        parts += _stage("Capabilities: MAD's six tasks", shown, "mad", [plot_mad(shown, plots_dir)], plots_dir)
+        parts += _stage("Language modelling: Wikitext-2", shown, "wikitext2", [plot_lm_comparison(shown, plots_dir)],
                         plots_dir)
         parts += _stage("Cost: the training step against L", frame, "scaling", plot_scaling(frame, plots_dir),
                         plots_dir)
-    parts.append("Not on this card yet: the zoo's own rows beside the mixer (from the reference records where the "
-                 "settings match) and the `cpu` and `gpu` budgets.")
+        parts += _stage("Cost: a generated token against context", frame, "decode", plot_decode(frame, plots_dir),
+                        plots_dir)
+    if zoo_rows is None:
+        parts.append("The zoo's other mixers join the tables at the `cpu` budget, whose settings are the reference "
+                     "sweeps' (their committed records are read, not run).")
     return "\n\n".join(parts) + "\n"

@@ -155,8 +155,10 @@ def parser() -> argparse.ArgumentParser:
     vet.add_argument("mixer", help="a registered name or an import path (my_pkg.mixers:Mine), options after "
                      "colons (my_pkg.mixers:Mine:width=3)")
     vet.add_argument("--against", default="", help="more mixers to time beside it and attention (comma-separated)")
-    vet.add_argument("--budget", default="smoke", choices=["test", "smoke", "cpu"],
-                     help="test: CI-sized; smoke: about 15 min on 2 CPU cores (default)")
+    vet.add_argument("--budget", default="smoke", choices=["test", "smoke", "cpu", "gpu"],
+                     help="test: CI-sized; smoke: about 15 min on 2 CPU cores (default); cpu: the reference "
+                     "sweeps' recipes, 3 seeds at each model's best learning rate, under a day on 2 cores; gpu: the "
+                     "GPU sweeps' recipes, for a GPU node (docs/extending.md)")
     vet.add_argument("--results-dir", default="results")
     vet.add_argument("--executor", default="local", choices=["local", "slurm"])
     vet.add_argument("--parallel", type=_positive(int), default=2, help="local runs at once (default 2)")

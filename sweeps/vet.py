@@ -15,10 +15,13 @@ commit.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+import torch
 
 import zoo
 from results.records import load_records, read_record
@@ -56,12 +59,29 @@ class Small:
 
 
 @dataclass(frozen=True)
+class Recipe:
+    """Shipped sweep files whose own code builds a budget's runs: ``mqar`` exposes
+    ``configs_for(mixer, options)`` and its ``configs`` (the controls, by label); ``mad``
+    ``configs_for(mixer, settings, seed, options)`` (and, optionally, ``SEEDED_TASKS`` and
+    ``EXTRA_SEEDS``); ``lm`` its ``ATTENTION`` model and ``config_for(label, model, seed)``.
+    Where one of them has committed records (results/reference/), a control with the same
+    run id is read from them."""
+    mqar: str
+    mad: str
+    lm: str
+    lm_lrs: tuple  # the Wikitext-2 bracket
+    needs_local_data: bool  # the LM sweep reads a local copy of Wikitext-2 (else the hub)
+
+
+@dataclass(frozen=True)
 class Budget:
     note: str  # what the budget can and cannot say, the card's first line
     seeds: tuple  # the first runs every learning rate of a bracket, the others each model's best
     scaling: dict  # ScalingConfig fields: d_model, min_len, max_len, tokens, repeats
     decode: dict  # DecodeConfig fields: d_model, batch, contexts, new_tokens
-    small: Small | None = None  # None: the reference sweeps' recipes, their zoo rows read from their records
+    small: Small | None = None  # None: ``recipe``'s sweeps, their zoo rows read from committed records
+    recipe: Recipe | None = None
+    device: str = "cpu"  # where the timings run (the training runs take their sweep's device)
     against: tuple = ()  # zoo mixers timed beside attention when --against names none
 
 
@@ -81,10 +101,17 @@ BUDGETS = {
                   "learning rate of a bracket, 3 seeds there; under a day on 2 CPU cores; the zoo's rows are "
                   "their committed records, run here only where none matches",
                   seeds=(0, 1, 2), scaling=dict(d_model=256, min_len=256, max_len=4096, tokens=8192, repeats=3),
-                  decode=dict(d_model=256, contexts=(0, 1024, 4096, 16384), new_tokens=64),
-                  against=("mamba2",)),
+                  decode=dict(d_model=256, contexts=(0, 1024, 4096, 16384), new_tokens=64), against=("mamba2",),
+                  recipe=Recipe("mqar_cpu", "mad_cpu", "wikitext2_cpu", lm_lrs=(5e-4, 1e-3, 2e-3),
+                                needs_local_data=True)),
+    "gpu": Budget("the GPU sweeps' recipes (mqar: Zoology's figure-2 grid; mad: MAD's protocol on its six "
+                  "baselines; wikitext2_paper: the paper's 6-layer model for 30 epochs), each model at its best "
+                  "learning rate of a bracket, 3 seeds there; meant for a GPU node, not measured on GPU",
+                  seeds=(0, 1, 2), scaling=dict(d_model=1024, min_len=1024, max_len=16384, tokens=16384, repeats=5),
+                  decode=dict(d_model=1024, batch=16), against=("mamba2",),
+                  recipe=Recipe("mqar", "mad", "wikitext2_paper", lm_lrs=(5e-4, 1e-3, 2e-3), needs_local_data=False),
+                  device="cuda"),
 }
-LM_LRS = (5e-4, 1e-3, 2e-3)  # the cpu budget's Wikitext-2 bracket, wikitext2_6L_cpu's
 
 
 def slug(mixer: str) -> str:
@@ -92,11 +119,11 @@ def slug(mixer: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", mixer)
 
 
-def first_runs(mixer: str, options: dict, budget: Budget) -> list[RunConfig]:
+def first_runs(mixer: str, options: dict, budget: Budget, module=sweep_module) -> list[RunConfig]:
     """The runs of the first seed: every learning rate of each bracket, the mixer's and its
     controls', then MAD; the seeds after it follow from their records (``seeded_runs``)."""
     if budget.small is None:
-        return reference_runs(mixer, options)
+        return reference_runs(mixer, options, budget.recipe, module)
     b, seed = budget.small, budget.seeds[0]
     runs = []
     for name, opts in {mixer: options, **CONTROLS}.items():
@@ -144,29 +171,29 @@ def small_lm_runs(mixer: str, options: dict, b: Small, seed: int) -> list[RunCon
     return out
 
 
-def reference_runs(mixer: str, options: dict) -> list[RunConfig]:
-    """The first seed of the mixer and its controls under the reference sweeps' recipes,
-    built by those sweep files' own code, so that a control's run id is the reference
-    record's: MQAR's grid beside attention and the window, MAD's six baselines (and its
-    seeded tasks' seeds) beside attention, Wikitext-2's cpu-2L recipe matched to attention,
-    over LM_LRS (the reference ran attention at 1e-3 only: the bracket's other rates run)."""
-    mqar = sweep_module("mqar_cpu")
-    runs = [RunConfig("mqar", cfg, label=mixer) for cfg in grid_configs(CPU_GRID, mixer, options)]
+def reference_runs(mixer: str, options: dict, recipe: Recipe, module=sweep_module) -> list[RunConfig]:
+    """The first seed of the mixer and its controls under ``recipe``'s sweeps, built by
+    those sweep files' own code, so that a control's run id is that of its record where
+    one is committed: MQAR's grid beside attention and the window, MAD's six baselines
+    (and the sweep's seeded tasks' seeds) beside attention, Wikitext-2 matched to the
+    sweep's attention over ``recipe.lm_lrs``."""
+    mqar = module(recipe.mqar)
+    runs = [RunConfig("mqar", cfg, label=mixer) for cfg in mqar.configs_for(mixer, options)]
     runs += [run for run in mqar.configs if run.label in ("attention", "sliding_window") and run.config.seed == 0]
-    mad = sweep_module("mad_cpu")
+    mad = module(recipe.mad)
     for name, opts in ((mixer, options), ("attention", None)):
         runs += [RunConfig("mad", cfg, label=name) for cfg in mad.configs_for(name, [(t, {}) for t in BASELINES],
                                                                               options=opts)]
-        runs += [RunConfig("mad", cfg, label=name) for seed in mad.EXTRA_SEEDS
+        runs += [RunConfig("mad", cfg, label=name) for seed in getattr(mad, "EXTRA_SEEDS", ())
                  for cfg in mad.configs_for(name, [(t, {}) for t in mad.SEEDED_TASKS], seed=seed, options=opts)]
-    if local_data_dir() is None:
+    if recipe.needs_local_data and local_data_dir() is None:
         return runs
-    lm = sweep_module("wikitext2_cpu")
-    models = {"attention": lm.models["attention"], **matched_models(lm.base, {mixer: (mixer, options)}, knob="auto")}
+    lm = module(recipe.lm)
+    models = {"attention": lm.ATTENTION, **matched_models(lm.ATTENTION, {mixer: (mixer, options)}, knob="auto")}
     for label, model in models.items():
         run = lm.config_for(label, model, seed=0)
         runs += [dataclasses.replace(run, config=run.config.replace(train=run.config.train.replace(lr=lr)))
-                 for lr in LM_LRS]
+                 for lr in recipe.lm_lrs]
     return runs
 
 
@@ -175,10 +202,11 @@ def cost_runs(mixer: str, options: dict, against: list[tuple[str, dict]], budget
     attention and ``against``: timings, so always run here, one at a time, never read from
     records of another machine."""
     timed = {mixer: options, "attention": {}, **dict(against)}
-    runs = [RunConfig("scaling", ScalingConfig(mixer=name, mixer_options=opts, seed=0, warmup=1, device="cpu",
+    device = budget.device
+    runs = [RunConfig("scaling", ScalingConfig(mixer=name, mixer_options=opts, seed=0, warmup=1, device=device,
                                                **budget.scaling), label=name, alone=True)
             for name, opts in timed.items()]
-    return runs + [RunConfig("decode", DecodeConfig(mixer=name, mixer_options=opts, device="cpu", **budget.decode),
+    return runs + [RunConfig("decode", DecodeConfig(mixer=name, mixer_options=opts, device=device, **budget.decode),
                              label=name, alone=True)
                    for name, opts in timed.items() if zoo.mixer_class(name).has_step_form()]
 
@@ -226,15 +254,33 @@ def reference_records(run_ids, reference_dir: Path) -> dict:
     return out
 
 
-def meta(budget: str, reference: dict) -> dict:
-    """What the card's first line states: the budget and its reach, seeds, machine, commit,
-    and where the zoo rows read from committed records come from (``reference``: run id ->
-    record)."""
+def zoo_run_ids(recipe: Recipe, module=sweep_module) -> list[str]:
+    """The runs shown beside the mixer (not in its verdicts) where their records are
+    committed: every zoo mixer of the MQAR sweep's figure (not the controls of its local
+    mixers, ``LENGTHS``), of the MAD sweep's baselines (and seeded tasks) and of the LM
+    sweep."""
+    mqar, mad = module(recipe.mqar), module(recipe.mad)
+    runs = [run for run in mqar.configs if run.label not in getattr(mqar, "LENGTHS", {})]
+    for name in sorted({run.label for run in mad.configs}):
+        runs += [RunConfig("mad", cfg) for cfg in mad.configs_for(name, [(t, {}) for t in BASELINES])]
+        runs += [RunConfig("mad", cfg) for seed in getattr(mad, "EXTRA_SEEDS", ())
+                 for cfg in mad.configs_for(name, [(t, {}) for t in mad.SEEDED_TASKS], seed=seed)]
+    if local_data_dir() is not None or not recipe.needs_local_data:
+        runs += list(module(recipe.lm).configs)
+    return [run.run_id for run in runs]
+
+
+def meta(budget: str, own: list[dict], reference: dict) -> dict:
+    """What the card's first lines state: the budget and its reach, seeds, this machine,
+    the commits its own runs ran on (``own``: their records), and where the zoo rows read
+    from committed records come from (``reference``: run id -> record)."""
     info = provenance()
+    commits = sorted({(rec.get("provenance", {}).get("git_commit") or "unknown")[:12] for rec in own})
+    here = (info.get("git_commit") or "unknown")[:12] + (" with local changes" if info.get("git_dirty") else "")
     ref = reference.values()
     return {"budget": budget, "note": BUDGETS[budget].note, "seeds": list(BUDGETS[budget].seeds),
-            "hardware": f"CPU {cpu_name()}",
-            "commit": (info.get("git_commit") or "unknown")[:12] + (" with local changes" if info.get("git_dirty") else ""),
+            "hardware": f"CPU {cpu_name()}" + (f", GPU {torch.cuda.get_device_name()}" if torch.cuda.is_available()
+                                               and BUDGETS[budget].device == "cuda" else ""), "commit": ", ".join(commits) if commits else here,
             "reference": {"runs": len(reference), "sweeps": sorted({r.get("sweep") for r in ref}),
                           "hardware": sorted({r.get("provenance", {}).get("device_name") or "?" for r in ref})}}
 
@@ -258,10 +304,11 @@ def vet(mixer: str, options: dict, against: list[tuple[str, dict]], budget: str,
     log(f"vet {mixer}: correctness checks")
     checks = [dataclasses.asdict(c) for c in mixer_checks(mixer, options)]
     (out / "checks.jsonl").write_text("".join(json.dumps(c) + "\n" for c in checks))
-    frame, reference = None, {}
+    frame, reference, own, zoo_rows = None, {}, [], None
+    cached = functools.cache(sweep_module)
     if all(c["passed"] is not False for c in checks):
         against = against or [(name, {}) for name in b.against]
-        first = validate(cost_runs(mixer, options, against, b) + first_runs(mixer, options, b), f"vet {mixer}")
+        first = validate(cost_runs(mixer, options, against, b) + first_runs(mixer, options, b, cached), f"vet {mixer}")
         runs, records = first, {}
         for _ in range(2):  # the first seed, then the seeds its brackets choose
             reference = reference_records([run.run_id for run in runs], reference_dir) if b.small is None else {}
@@ -269,13 +316,18 @@ def vet(mixer: str, options: dict, against: list[tuple[str, dict]], budget: str,
             sweep = Sweep(budget, Path(__file__), todo, f"linbench vet {mixer} --budget {budget}")
             if todo:
                 launch(sweep, folder, executor, parallel, slurm, wait=wait, log=log)
-            records = {**{rec["run_id"]: rec for rec in load_records(out, [run.run_id for run in todo])}, **reference}
+            own = load_records(out, [run.run_id for run in todo])
+            records = {**{rec["run_id"]: rec for rec in own}, **reference}
             more = [run for run in seeded_runs(first, records, b.seeds[1:]) if run.run_id not in
                     {r.run_id for r in runs}]
             if not more:
                 break
             runs = validate(runs + more, f"vet {mixer}")
         frame = records_frame(list(records.values())) if records else None
+        if b.small is None:
+            shown = reference_records(set(zoo_run_ids(b.recipe, cached)) - set(records), reference_dir)
+            zoo_rows = records_frame(list(shown.values())) if shown else None
+            reference = {**reference, **shown}
     card = out / "report.md"
-    card.write_text(card_markdown(mixer, meta(budget, reference), checks, frame, out / "plots"))
+    card.write_text(card_markdown(mixer, meta(budget, own, reference), checks, frame, out / "plots", zoo_rows))
     return card

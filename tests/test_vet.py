@@ -7,12 +7,15 @@ import os
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import zoo
-from results.card import _verdict
+from results.card import _verdict, cost_rows, mad_rows
+from results.records import load_records, records_frame
 from sweeps.cli import main as cli
 from sweeps.spec import local_data_dir
+from sweeps.vet import BUDGETS, REFERENCE, first_runs, reference_records, seeded_runs
 
 TESTS = Path(__file__).resolve().parent
 
@@ -48,7 +51,7 @@ def test_a_correct_outside_mixer_gets_every_section(tmp_path):
     # MQAR (it and 2 controls), MAD (6 tasks x 2), training-step timings (it and attention), decode timings
     assert len(list(folder.glob("*.json"))) == 3 + 12 + lm + 2 + decodes
     assert ("language modelling (Wikitext-2): lower validation perplexity" in verdicts) == bool(lm)
-    assert "capabilities (MAD): score above attention's" in verdicts
+    assert "capabilities (MAD): above attention on the tasks the control solves" in verdicts
     # a second vet resumes: nothing reruns, the same card
     assert cli(["vet", "outside_mixers.shift:ShiftMix", "--budget", "test", "--results-dir", str(tmp_path)]) == 0
 
@@ -74,3 +77,62 @@ def test_verdicts_need_a_gap_beyond_noise_and_the_seeds_spread():
 def test_vet_takes_one_mixer(tmp_path, capsys):
     assert cli(["vet", "attention,mamba", "--budget", "test", "--results-dir", str(tmp_path)]) == 2
     assert "put the others in --against" in capsys.readouterr().err
+
+
+# --- the cpu budget: the reference sweeps' recipes, the zoo read from their records ------
+
+MINGRU = "examples.mingru:MinGRU"
+
+
+def test_the_cpu_budget_reads_every_control_from_a_committed_record():
+    """Built by the reference sweep files' own code, each control's first-seed run has the
+    id of a committed record (read, not run); the mixer's runs have none."""
+    first = first_runs(MINGRU, {}, BUDGETS["cpu"])
+    found = reference_records([run.run_id for run in first], REFERENCE)
+    mine = [run for run in first if run.label == MINGRU]
+    controls = [run for run in first if run.label != MINGRU]
+    assert len([r for r in mine if r.task == "mqar"]) == 18 and len([r for r in mine if r.task == "mad"]) == 10
+    assert not any(run.run_id in found for run in mine)
+    lm = [run for run in controls if run.task == "wikitext2"]
+    assert len(lm) == (3 if local_data_dir() else 0)  # attention over the bracket: 1e-3 is the reference's
+    assert {run.run_id for run in controls if run.task != "wikitext2"} <= set(found)
+    assert sum(run.run_id in found for run in lm) == (1 if lm else 0)
+
+
+def test_seeds_follow_each_brackets_best_rate():
+    """Seeds 1 and 2 at the best learning rate of each finished bracket: MQAR on accuracy
+    (higher), Wikitext-2 on validation perplexity (lower); an unfinished bracket waits."""
+    first = [run for run in first_runs(MINGRU, {}, BUDGETS["cpu"]) if run.label == MINGRU]
+    mqar = [run for run in first if run.task == "mqar"]
+    point = [run for run in mqar if (run.config.seq_len, run.config.model.d_model) == (64, 32)]
+    records = {run.run_id: {"status": "ok", "metrics": {"accuracy": acc}}
+               for run, acc in zip(point, (0.2, 0.7, 0.4))}
+    seeded = seeded_runs(mqar, records, (1, 2))
+    assert [(r.config.seed, r.config.train.lr) for r in seeded] == [(1, point[1].config.train.lr),
+                                                                     (2, point[1].config.train.lr)]
+    del records[point[0].run_id]
+    assert seeded_runs(mqar, records, (1, 2)) == []
+    lm = [run for run in first if run.task == "wikitext2"]
+    if lm:
+        records = {run.run_id: {"status": "ok", "metrics": {"best_val_ppl": ppl}} for run, ppl in zip(lm, (300, 250, 260))}
+        assert {r.config.train.lr for r in seeded_runs(lm, records, (1, 2))} == {lm[1].config.train.lr}
+
+
+def test_the_cards_mad_verdict_reads_only_the_tasks_the_control_solves():
+    frame = records_frame(load_records(REFERENCE / "mad_cpu"))
+    line = mad_rows(frame, "grassmann")[0]
+    assert line[0] == "capabilities (MAD): above attention on the tasks the control solves"
+    assert "the control solves" in line[1] and line[2] in ("holds", "does not hold", "not separable")
+    unsolved = frame.assign(accuracy=frame["accuracy"].where(frame["label"] != "attention", 0.5))
+    assert mad_rows(unsolved, "grassmann")[0][2] == "does not hold: no task is read"
+
+
+def test_the_cards_cost_rows_time_the_decode_step_beside_attention():
+    frame = pd.DataFrame([
+        {"task": "decode", "status": "ok", "label": label, "context": c, "ms_per_token": ms}
+        for label, times in (("mine", (1.0, 1.0)), ("attention", (1.0, 4.0))) for c, ms in zip((0, 4096), times)])
+    rows = cost_rows(frame.assign(label=frame["label"].replace("mine", "mamba2")), "mamba2")
+    assert rows[-1][0] == "cost: a generated token cheaper than attention's after 4096 tokens of context"
+    assert rows[-1][1].startswith("0.25x attention's") and rows[-1][2] == "holds"
+    assert cost_rows(frame, "outside_mixers.shift:ShiftMix")[-1][1:] == ["the mixer has no step (decode) form",
+                                                                          "not run"]

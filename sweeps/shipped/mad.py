@@ -16,6 +16,12 @@ from tasks.mad.data import BASELINES, mad_settings
 
 SETTINGS = [(task, setting) for task in BASELINES for setting in mad_settings(task)]
 
+
+def configs_for(mixer: str, settings: list, seed: int = 0, options: dict | None = None) -> list:
+    """MAD's protocol on ``settings`` for ``mixer`` (``linbench vet --budget gpu`` builds
+    its mixer's with it)."""
+    return sweep_configs(mixer, settings, options=options, seed=seed)
+
+
 configs = [RunConfig("mad", cfg, label=mixer)
-           for mixer in sorted(zoo.MIXERS)
-           for cfg in sweep_configs(mixer, SETTINGS)]
+           for mixer in sorted(zoo.MIXERS) for cfg in configs_for(mixer, SETTINGS)]

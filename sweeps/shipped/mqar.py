@@ -18,6 +18,11 @@ MIXERS = {  # the grid's conventions (one attention head) plus the window of the
     "mamba": {}, "mamba2": {}, "rwkv6": {}, "retnet": {}, "grassmann": {},
 }
 
+
+def configs_for(mixer: str, options: dict, model: dict | None = None) -> list:
+    """This grid's runs of ``mixer`` (``linbench vet --budget gpu`` builds its mixer's with it)."""
+    return grid_configs(ZOOLOGY_FIG2_GRID, mixer, options, model_overrides=model)
+
+
 configs = [RunConfig("mqar", cfg, label=mixer)
-           for mixer, options in MIXERS.items()
-           for cfg in grid_configs(ZOOLOGY_FIG2_GRID, mixer, options)]
+           for mixer, options in MIXERS.items() for cfg in configs_for(mixer, options)]

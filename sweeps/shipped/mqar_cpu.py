@@ -65,8 +65,14 @@ SEEDED = {  # (label, L, d_model): the point's best learning rate at seed 0
     ("sliding_window", 64, 32): LR[2], ("sliding_window", 64, 64): LR[1], ("grassmann+attention", 256, 64): LR[1]}
 EXTRA_SEEDS = (1, 2)
 
+
+def configs_for(mixer: str, options: dict, model: dict | None = None) -> list:
+    """This grid's runs of ``mixer`` (``linbench vet --budget cpu`` builds its mixer's with it)."""
+    return grid_configs(CPU_GRID, mixer, options, model_overrides=model)
+
+
 grid = [(label, cfg) for label, (mixer, options, model) in MIXERS.items()
-        for cfg in grid_configs(CPU_GRID, mixer, options, model_overrides=model)
+        for cfg in configs_for(mixer, options, model)
         if cfg.seq_len in LENGTHS.get(label, (cfg.seq_len,))]
 configs = [RunConfig("mqar", cfg, label=label) for label, cfg in grid]
 configs += [RunConfig("mqar", cfg.replace(seed=seed), label=label) for seed in EXTRA_SEEDS for label, cfg in grid

@@ -28,8 +28,8 @@ ATTENTION_LAYER = {"hybrid": {"mixer": "attention", "every": 2, "options": {"n_h
 HYBRIDS = {"gated_deltanet+attention": ("gated_deltanet", PEERS["gated_deltanet"], ATTENTION_LAYER),
            "grassmann+attention": ("grassmann", PEERS["grassmann"], ATTENTION_LAYER)}
 
-base = paper_model_config("attention", "cpu-2L")
-models = matched_models(base, {"attention": ("attention", base.mixer_options),
+ATTENTION = paper_model_config("attention", "cpu-2L")  # every model is matched to it
+models = matched_models(ATTENTION, {"attention": ("attention", ATTENTION.mixer_options),
                                **{m: (m, o) for m, o in PEERS.items()}, **HYBRIDS}, knob="auto")
 
 

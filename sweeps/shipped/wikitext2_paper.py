@@ -17,13 +17,18 @@ SEEDS = (0, 1, 2)
 PEERS = ("mamba", "mamba2", "rwkv6", "retnet", "sliding_window")
 DATA = dict(variant="raw", tokenizer="bert-base-uncased", data_dir=None)
 
+ATTENTION = paper_model_config("attention", "paper-6L")  # the 6-layer models are matched to it
+
+
+def config_for(label: str, model, seed: int, preset: str = "paper-6L") -> RunConfig:
+    """One run of this recipe (``linbench vet --budget gpu`` builds its mixer's with it)."""
+    return RunConfig("wikitext2", preset_config(preset, model.mixer, model=model, seed=seed, **DATA), label=label)
+
+
 configs = []
 for preset in ("paper-6L", "paper-12L"):
     base = paper_model_config("attention", preset)
     models = {"TransformerLM": base, "GrassmannLM": paper_model_config("grassmann", preset)}
     peers = {m: (m, paper_model_config(m, preset).mixer_options) for m in PEERS}
     models.update(matched_models(base, peers, knob="auto"))
-    for label, model in models.items():
-        for seed in SEEDS:
-            cfg = preset_config(preset, model.mixer, model=model, seed=seed, **DATA)
-            configs.append(RunConfig("wikitext2", cfg, label=label))
+    configs += [config_for(label, model, seed, preset) for label, model in models.items() for seed in SEEDS]
