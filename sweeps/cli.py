@@ -149,7 +149,8 @@ def parser() -> argparse.ArgumentParser:
     sample.add_argument("--tokens", type=int, default=50, help="new tokens (default 50)")
     sample.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default); above 0: sampled")
     sample.add_argument("--top-k", type=int, default=None, help="sample among the k likeliest tokens only")
-    sample.add_argument("--seed", type=int, default=0, help="the sampling seed (default 0)")
+    sample.add_argument("--seed", type=int, default=None,
+                        help="the sampling seed: the same seed, the same text (default: fresh randomness)")
     vet = verbs.add_parser("vet", help="a report card for one mixer: correctness checks, then recall and cost "
                            "beside the zoo, in RESULTS_DIR/vet/MIXER/BUDGET/report.md")
     vet.add_argument("mixer", help="a registered name or an import path (my_pkg.mixers:Mine), options after "
@@ -363,8 +364,11 @@ def cmd_sample(args, sweep) -> int:
         raise SweepError(f"{sweep.name}: no weights at {weights}: the run has not finished on this machine, "
                          f"or finished before runs kept their weights (move its record away, then "
                          f"`{args.hints.rerun([run.run_id])}` trains it again)")
-    print(args.prompt + " " + writer(run)(run.config, weights, args.prompt, args.tokens, args.temperature,
-                                            args.top_k, args.seed))
+    try:
+        text = writer(run)(run.config, weights, args.prompt, args.tokens, args.temperature, args.top_k, args.seed)
+    except ValueError as exc:  # a bad prompt, length or sampling argument: said in one line
+        raise SweepError(f"sample: {exc}") from None
+    print(args.prompt + " " + text)
     return 0
 
 

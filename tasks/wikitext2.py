@@ -190,7 +190,7 @@ def run(cfg: WikiText2Config, workdir: Path | None = None, progress: bool = True
 
 
 def sample(cfg: WikiText2Config, weights: Path, prompt: str, new_tokens: int = 50, temperature: float = 0.0,
-           top_k: int | None = None, seed: int = 0) -> str:
+           top_k: int | None = None, seed: int | None = None) -> str:
     """Text the model a run left (``weights``) writes after ``prompt``: the run's own
     tokenizer, the model's step form (zoo.generate), the new tokens decoded."""
     _, _, tok = wikitext2_text(cfg.variant, cfg.tokenizer, cfg.data_dir, cfg.cache_dir, cfg.wordpiece_vocab)

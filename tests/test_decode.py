@@ -10,7 +10,8 @@ import torch
 
 import zoo
 from zoo import MIXERS, mixer_class
-from zoo.checks import decode, state_floats as floats, steps_match
+from zoo.checks import decode, state_floats as floats, state_reusable, steps_match
+from zoo.generate import pick
 
 D, B, L = 32, 3, 40
 STEPPED = sorted(n for n in MIXERS if mixer_class(n).has_step_form())
@@ -163,3 +164,87 @@ def test_generate_refuses_an_empty_prompt_and_positions_past_the_table():
         zoo.generate(lm, torch.zeros(1, 0, dtype=torch.long), 3)
     with pytest.raises(ValueError, match="exceeds max_len=64"):
         zoo.generate(lm, torch.zeros(1, 60, dtype=torch.long), 10)
+
+
+# ---- a state is a value: branches, empty prefills, batch, dtype, bad arguments ----
+
+
+@pytest.mark.parametrize("name", STEPPED)
+def test_two_branches_from_one_state_and_an_empty_prefill_change_nothing(name):
+    """Beam search and speculative decoding step twice from one state; the KV cache written
+    in place must not let the second branch overwrite the first's keys."""
+    torch.manual_seed(0)
+    state_reusable(build(name, torch.float64))
+
+
+@pytest.mark.parametrize("name", STEPPED)
+def test_a_state_follows_the_mixer_dtype_and_refuses_another_batch(name):
+    m = build(name, torch.float64)
+    state = m.init_state(1)  # no device, no dtype: the mixer's
+    dtypes = {v.dtype for v in state.values() if torch.is_tensor(v)}
+    assert dtypes == {torch.float64}, dtypes
+    x = torch.randn(3, 4, D, dtype=torch.float64)
+    with torch.no_grad():
+        _, state = m.prefill(x[:1], state)
+        with pytest.raises(ValueError, match="state holds 1 sequence"):
+            m.prefill(x, state)  # a batch-1 state is never broadcast over 3
+        with pytest.raises(ValueError, match="state holds 1 sequence"):
+            m.step(x[:, 0], state)
+        with pytest.raises(TypeError, match="init_state"):
+            m.step(x[:, 0], None)  # stepping before init_state
+
+
+@pytest.mark.parametrize("name", ["mamba", "mamba2", "gated_deltanet"])
+def test_a_conv_of_width_1_is_refused(name):
+    """Its state would be the conv's last 0 inputs, and x[:, -(d_conv - 1):] keeps them all."""
+    with pytest.raises(ValueError, match="d_conv=1 must be >= 2"):
+        mixer_class(name)(D, **{**OPTIONS.get(name, {}), "d_conv": 1})
+
+
+def test_generate_leaves_a_training_model_training():
+    lm = build_lm("attention").train()
+    zoo.generate(lm, torch.randint(VOCAB, (1, 3)), new_tokens=4)
+    assert lm.training and all(m.training for m in lm.modules())
+
+
+def test_sampling_without_a_seed_draws_fresh_text():
+    lm = build_lm("attention")
+    prompt = torch.randint(VOCAB, (1, 3))
+    draws = {tuple(zoo.generate(lm, prompt, new_tokens=12, temperature=5.0)[0].tolist()) for _ in range(3)}
+    assert len(draws) > 1
+
+
+def test_top_k_keeps_exactly_k_tokens_when_logits_tie():
+    """bf16 logits tie often; a threshold at the k-th value would keep every tie."""
+    logits = torch.zeros(1, 100, dtype=torch.bfloat16)
+    logits[0, :3] = 1.0  # three clear favourites, then 97 tied
+    gen = torch.Generator().manual_seed(0)
+    picked = {pick(logits, 1.0, 5, gen).item() for _ in range(400)}
+    assert picked <= set(range(100)) and len(picked) == 5
+
+
+def test_sampling_refuses_bad_temperatures_and_a_tiny_one_is_greedy():
+    lm = build_lm("attention")
+    prompt = torch.randint(VOCAB, (2, 3))
+    for bad in (float("nan"), float("inf"), -1.0):
+        with pytest.raises(ValueError, match="temperature="):
+            zoo.generate(lm, prompt, new_tokens=3, temperature=bad)
+    with pytest.raises(ValueError, match="seed="):
+        zoo.generate(lm, prompt, new_tokens=3, temperature=1.0, seed=1.5)
+    tiny = zoo.generate(lm, prompt, new_tokens=8, temperature=1e-45, seed=0)
+    assert torch.equal(tiny, zoo.generate(lm, prompt, new_tokens=8))
+
+
+@pytest.mark.parametrize("d_model", [32, 256])
+def test_grassmann_steps_a_repeated_token_in_float32_as_the_parallel_form(d_model):
+    """A token repeated at an offset wedges to exactly 0 in the parallel form (its z is
+    bitwise its partner's); the step computes its z alone, a few ulps off, and the 1/eps of
+    the normalisation must not blow that up (4.7e-3 before, against 5e-7 elsewhere)."""
+    torch.manual_seed(0)
+    m = mixer_class("grassmann")(d_model).eval()
+    x = torch.randn(2, 40, d_model)
+    x[:, 20], x[:, 30] = x[:, 12], x[:, 29]  # repeats at offsets 8 and 1; the first copy in the prompt
+    with torch.no_grad():
+        want = m(x)
+        got, _ = decode(m, x, 15)
+    assert (got - want).abs().max().item() < 1e-5

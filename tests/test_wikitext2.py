@@ -269,9 +269,16 @@ configs = [RunConfig("wikitext2", WikiText2Config(preset="tiny", data_dir={str(D
     assert sample() == greedy  # greedy is deterministic
     drawn = sample("--temperature", "1.0", "--seed", "1")
     assert sample("--temperature", "1.0", "--seed", "1") == drawn != sample("--temperature", "1.0", "--seed", "2")
-    # past the learned positions: a clear error, not an index error
-    with pytest.raises(ValueError, match="exceed the 32 learned positions"):
-        sample("--tokens", "40")
+    # bad arguments: one line each, no traceback
+    for extra, said in ((("--tokens", "40"), "exceed the 32 learned positions"),
+                        (("--tokens", "6", "--temperature", "-1"), "temperature=-1.0 must be"),
+                        (("--tokens", "6", "--temperature", "nan"), "temperature=nan must be"),
+                        (("--tokens", "6", "--temperature", "1", "--top-k", "0"), "top_k=0 must be")):
+        assert cli(["sample", str(sweep), "lm", "--prompt", "the game was", "--results-dir", results, *extra]) == 2
+        err = capsys.readouterr().err
+        assert said in err and err.count("\n") == 1, err
+    # no seed: fresh randomness, so two draws of 6 tokens over the vocabulary differ
+    assert len({sample("--temperature", "3.0") for _ in range(3)}) > 1
     (next(Path(results).glob("lm_sweep/runs/*/weights.pt"))).unlink()
     assert cli(["sample", str(sweep), "lm", "--prompt", "x", "--results-dir", results]) == 2
     assert "no weights at" in capsys.readouterr().err

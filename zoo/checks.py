@@ -68,6 +68,28 @@ def steps_match(m, prompt: int, batch: int = 3, seq_len: int = 40) -> None:
         f"{m.name}: the state holds {held // batch} floats a sequence, state_size({seq_len}) says {m.state_size(seq_len)}"
 
 
+def state_reusable(m, batch: int = 2, prompt: int = 7) -> None:
+    """In float64, a state is a value: two steps from one state (beam search, speculative
+    decoding) each give what the parallel forward gives on their own sequence, whichever
+    runs first, and a 0-token prefill mid-stream changes nothing."""
+    m = m.to(torch.float64).eval()
+    x = torch.randn(batch, prompt + 2, m.d_model, dtype=torch.float64)
+    other = torch.randn(batch, m.d_model, dtype=torch.float64)  # the second branch's token
+    with torch.no_grad():
+        want = m(x)[:, prompt:]  # (B, 2, D)
+        want_other = m(torch.cat([x[:, :prompt], other[:, None]], 1))[:, -1]
+        _, state = m.prefill(x[:, :prompt], m.init_state(batch, dtype=torch.float64))
+        y, state = m.prefill(x[:, prompt:prompt], state)
+        assert y.shape == (batch, 0, m.d_model), f"{m.name}: a 0-token prefill gave shape {tuple(y.shape)}"
+        a, after_a = m.step(x[:, prompt], state)
+        b, _ = m.step(other, state)  # a second branch from the same state
+        a2, _ = m.step(x[:, prompt + 1], after_a)  # the first branch goes on after it
+    for got, ref, what in ((a, want[:, 0], "the first branch"), (b, want_other, "a second branch from one state"),
+                           (a2, want[:, 1], "the first branch after a second one stepped from its state")):
+        torch.testing.assert_close(got, ref, rtol=1e-10, atol=1e-10,
+                                   msg=lambda s, what=what: f"{m.name}: {what} differs from the forward: {s}")
+
+
 def trains_finite(cfg: ModelConfig, bf16: bool = False) -> None:
     """One forward and backward of a fresh LM (under CPU bf16 autocast where ``bf16``)
     gives a finite loss and finite gradients, every parameter receiving one."""
@@ -133,9 +155,12 @@ def mixer_checks(mixer: str, options: dict | None = None, d_model: int = 32) -> 
         for prompt in (0, 1, 17, 40):
             torch.manual_seed(0)
             steps_match(cls(d_model, **options), prompt)
+        state_reusable(cls(d_model, **options))
     except Exception as exc:
         out.append(Check("step form = parallel form (float64)", False,
                          f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"))
         return out
-    out.append(Check("step form = parallel form (float64)", True, "prompts 0, 1, 17, 40; state_size floats held"))
+    out.append(Check("step form = parallel form (float64)", True,
+                     "prompts 0, 1, 17, 40; state_size floats held; two branches from one state; "
+                     "a 0-token prefill mid-stream"))
     return out

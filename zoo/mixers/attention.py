@@ -115,7 +115,10 @@ class Attention(Mixer):
 
     # The KV cache grows by whole blocks of CACHE_BLOCK positions and a step writes its key
     # and value into the room left, in place: appending by torch.cat would copy the whole
-    # cache at every token, tripling a step's memory traffic at long contexts.
+    # cache at every token, tripling a step's memory traffic at long contexts. States that
+    # share a buffer share its "filled" count ([positions written]), so a second step from
+    # one state (beam search, speculative decoding) sees the first one's writes past its
+    # own ``seen`` and copies the buffer before writing: branches never corrupt each other.
     CACHE_BLOCK = 64
 
     def init_state(self, batch: int, device=None, dtype=None) -> dict:
@@ -123,28 +126,31 @@ class Attention(Mixer):
         (capacity 0 here); the window keeps its last ``window`` keys and values instead."""
         H = self.n_heads
         empty = torch.zeros(batch, H, 0, self.d_model // H, device=device, dtype=dtype)
-        return {"k": empty, "v": empty.clone(), "seen": 0}
+        state = {"k": empty, "v": empty.clone(), "seen": 0}
+        return state if self.window is not None else {**state, "filled": [0]}
 
     def prefill(self, x: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
         """x's queries attend to the cache and to x itself, causally (and within the
-        window). The full cache is written in place: the state passed in is consumed."""
+        window). The cache is written in place unless another state has written past this
+        one's end of it (then it is copied first)."""
         B, L, D = x.shape
         H, T0 = self.n_heads, state["seen"]
         q, k, v = self.qkv(x).view(B, L, 3, H, D // H).unbind(2)  # each (B, L, H, Dh)
         q, k = rotary(q, self.rotary, start=T0), rotary(k, self.rotary, start=T0)
+        if self.window is None:
+            k_cache, v_cache, filled = self._writable(state, T0 + L)
+            filled[0] = T0 + L
         if self.window is None and self._kvcache_ok(q):
             # the kernel writes k and v into the room the cache has and attends to it; it
             # reads the cache through its strides, so our (B, H, capacity, Dh) cache is its
             # (B, capacity, H, Dh) as a transposed view
-            k_cache, v_cache = (_reserve(state[n], T0 + L, self.CACHE_BLOCK) for n in ("k", "v"))
             seqlens = torch.full((B,), T0, dtype=torch.int32, device=x.device)
             y = FLASH_KVCACHE(q, k_cache.transpose(1, 2), v_cache.transpose(1, 2), k=k, v=v,
                               cache_seqlens=seqlens, causal=True)  # (B, L, H, Dh)
             self.backend = "flash_attn_kvcache"
-            return self.out(y.reshape(B, L, D)), {"k": k_cache, "v": v_cache, "seen": T0 + L}
+            return self.out(y.reshape(B, L, D)), {"k": k_cache, "v": v_cache, "seen": T0 + L, "filled": filled}
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, L, Dh)
         if self.window is None:
-            k_cache, v_cache = _reserve(state["k"], T0 + L, self.CACHE_BLOCK), _reserve(state["v"], T0 + L, self.CACHE_BLOCK)
             k_cache[:, :, T0:T0 + L], v_cache[:, :, T0:T0 + L] = k, v
             keys, values = k_cache[:, :, :T0 + L], v_cache[:, :, :T0 + L]  # (B, H, T0 + L, Dh)
         else:
@@ -161,7 +167,19 @@ class Attention(Mixer):
             mask = (s <= t) if self.window is None else (s <= t) & (s >= t - self.window)
             y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (B, H, L, Dh)
         self.backend = "sdpa"
-        return self.out(y.transpose(1, 2).reshape(B, L, D)), {"k": k_cache, "v": v_cache, "seen": T0 + L}
+        state = {"k": k_cache, "v": v_cache, "seen": T0 + L}
+        return self.out(y.transpose(1, 2).reshape(B, L, D)), state if self.window is not None else {**state, "filled": filled}
+
+    def _writable(self, state: dict, need: int):
+        """The cache buffers to write positions seen .. need - 1 into, and their filled count:
+        the state's own, unless a branch already wrote past ``seen`` (then copies)."""
+        k, v, filled = state["k"], state["v"], state["filled"]
+        if filled[0] > state["seen"]:
+            k, v, filled = k.clone(), v.clone(), [state["seen"]]
+        grown_k, grown_v = _reserve(k, need, self.CACHE_BLOCK), _reserve(v, need, self.CACHE_BLOCK)
+        if grown_k is not k:
+            filled = [state["seen"]]  # a new buffer: no other state shares it
+        return grown_k, grown_v, filled
 
     def _kvcache_ok(self, q: torch.Tensor) -> bool:
         """Whether the decode takes flash_attn_with_kvcache for q (B, L, H, Dh): as the

@@ -39,6 +39,7 @@ class Mixer(nn.Module):
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        _guard_step_form(cls)
         if "__init__" not in cls.__dict__:
             return
         init = cls.__init__
@@ -106,12 +107,15 @@ class Mixer(nn.Module):
         raise NotImplementedError
 
     # ---- the step (decode) form -------------------------------------------------
-    # ``init_state(batch)`` is the state of an empty context (a dict of tensors);
+    # ``init_state(batch, device, dtype)`` is the state of an empty context (a dict of
+    # batch-first tensors; device and dtype default to the mixer's parameters');
     # ``prefill(x, state)`` runs the parallel form over x (B, L, D), the tokens that
     # follow ``state``, and returns (y, state after them); ``step(x_t, state)`` does one
     # token (B, D). Prefilling a prompt and stepping through the rest equals the parallel
-    # forward over the whole sequence (tests/test_decode.py), and the state holds
-    # ``state_size`` floats per sequence. A mixer without a step form says so.
+    # forward over the whole sequence (tests/test_decode.py), the state holds
+    # ``state_size`` floats per sequence, and a state is a value: two steps from one
+    # state give two independent branches (zoo.checks.state_reusable). A mixer without a
+    # step form says so.
 
     def init_state(self, batch: int, device=None, dtype=None) -> dict:
         raise NotImplementedError(f"{self.name}: no step (decode) form yet")
@@ -129,9 +133,68 @@ class Mixer(nn.Module):
         return cls.prefill is not Mixer.prefill
 
 
+def _guard_step_form(cls) -> None:
+    """Every subclass's step form, checked at its door (wrapped once, where defined):
+    ``init_state`` with no device or dtype takes the mixer's parameters' (a float64
+    model gets float64 states), and ``prefill``/``step`` refuse a state that is not a
+    dict from ``init_state`` or whose batch is not the input's, which broadcasting
+    would otherwise accept silently."""
+    if "init_state" in cls.__dict__:
+        init_state = cls.__dict__["init_state"]
+
+        @functools.wraps(init_state)
+        def placed_init_state(self, batch: int, device=None, dtype=None):
+            if device is None or dtype is None:
+                p = next((t for t in self.parameters() if t.is_floating_point()), None)
+                if p is not None:
+                    device = p.device if device is None else device
+                    dtype = p.dtype if dtype is None else dtype
+            return init_state(self, batch, device, dtype)
+        cls.init_state = placed_init_state
+    for method in ("prefill", "step"):
+        if method in cls.__dict__:
+            setattr(cls, method, _checked_state(cls.__dict__[method], method))
+
+
+def _checked_state(method, what: str):
+    """``prefill``/``step`` of a mixer, refusing a state it cannot have made for x."""
+    @functools.wraps(method)
+    def checked(self, x: torch.Tensor, state: dict):
+        if not isinstance(state, dict):
+            raise TypeError(f"{self.name}.{what}: state is {type(state).__name__}, not a state dict; "
+                            f"start from mixer.init_state(batch, device, dtype)")
+        batch = _state_batch(state)
+        if batch is not None and batch != x.shape[0]:
+            raise ValueError(f"{self.name}.{what}: the state holds {batch} sequence(s), the input {x.shape[0]}; "
+                             f"a state is never broadcast over a batch (copy it per sequence)")
+        if what == "prefill" and x.shape[1] == 0:  # no tokens: nothing out, the state as it was
+            return x.new_zeros(x.shape), state
+        return method(self, x, state)
+    return checked
+
+
+def _state_batch(state) -> int | None:
+    """The batch of a state: the first axis of its first tensor (every state tensor is
+    batch-first), None if it holds none."""
+    values = state.values() if isinstance(state, dict) else state if isinstance(state, (list, tuple)) else ()
+    for v in values:
+        b = v.shape[0] if torch.is_tensor(v) else _state_batch(v)
+        if b is not None:
+            return b
+    return None
+
+
 def check_positive(name: str, value: int, what: str) -> None:
     if not isinstance(value, int) or value <= 0:
         raise ValueError(f"{name}: {what} must be a positive integer, got {value!r}")
+
+
+def check_conv_width(name: str, d_conv: int) -> None:
+    """A short causal conv's width: its step form carries the last d_conv - 1 inputs, so a
+    width of 1 (nothing carried) would make ``x[:, -(d_conv - 1):]`` keep every input."""
+    check_positive(name, d_conv, "d_conv")
+    if d_conv < 2:
+        raise ValueError(f"{name}: d_conv={d_conv} must be >= 2 (the conv's state is its last d_conv - 1 inputs)")
 
 
 def check_divisible(name: str, d_model: int, n_heads: int) -> None:

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from ..ops.conv import causal_conv1d
 from ..ops.delta_rule import delta_rule_backend, gated_delta_rule, gated_delta_rule_ref
 from ..ops.ssm_step import conv_step
-from .base import Mixer, check_positive, chunked_linear_attention_flops
+from .base import Mixer, check_conv_width, check_positive, chunked_linear_attention_flops
 
 
 def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -45,9 +45,9 @@ class GatedDeltaNet(Mixer):
     def __init__(self, d_model: int, n_heads: int = 4, head_dim: int | None = None,
                  expand_v: int = 2, d_conv: int = 4, chunk_size: int = 32):
         super().__init__()
-        for option, value in [("n_heads", n_heads), ("expand_v", expand_v), ("d_conv", d_conv),
-                              ("chunk_size", chunk_size)]:
+        for option, value in [("n_heads", n_heads), ("expand_v", expand_v), ("chunk_size", chunk_size)]:
             check_positive(self.name, value, option)
+        check_conv_width(self.name, d_conv)
         if head_dim is None:
             if (3 * d_model) % (4 * n_heads):
                 raise ValueError(f"{self.name}: the default head_dim = 0.75 * d_model / n_heads "

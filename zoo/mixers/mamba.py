@@ -17,7 +17,7 @@ from ..ops.conv import CAUSAL_CONV1D_NEEDS, causal_conv1d
 from ..ops.fastpath import Kernel
 from ..ops.selective_scan import selective_scan, selective_scan_backend
 from ..ops.ssm_step import conv_step, ssm_step, step_backend
-from .base import Mixer, check_positive
+from .base import Mixer, check_conv_width, check_positive
 
 # Fused conv + projections + scan; it calls causal-conv1d's C++ functions.
 MAMBA_INNER = Kernel("mamba_ssm.ops.selective_scan_interface", "mamba_inner_fn", "mamba-ssm",
@@ -36,9 +36,9 @@ class Mamba(Mixer):
     def __init__(self, d_model: int, d_state: int = 16, d_conv: int = 4, expand: int = 2,
                  dt_rank: int | str = "auto", chunk_size: int = 64):
         super().__init__()
-        for option, value in (("d_state", d_state), ("d_conv", d_conv), ("expand", expand),
-                              ("chunk_size", chunk_size)):
+        for option, value in (("d_state", d_state), ("expand", expand), ("chunk_size", chunk_size)):
             check_positive(self.name, value, option)
+        check_conv_width(self.name, d_conv)
         if dt_rank == "auto":
             dt_rank = math.ceil(d_model / 16)
         check_positive(self.name, dt_rank, "dt_rank (or 'auto')")
@@ -118,8 +118,6 @@ class Mamba(Mixer):
         decay over all of x times h0 to the last state (selective_scan takes no initial state,
         as mamba_ssm's does not)."""
         B, L, _ = x.shape
-        if L == 0:
-            return torch.zeros_like(x), state
         A = -torch.exp(self.A_log.float())  # (di, N), as the forward
         u, z = self.in_proj(x).chunk(2, dim=-1)  # (B, L, di) each
         u = torch.cat([state["conv"].transpose(1, 2), u], 1)  # the conv continues over the context's last inputs

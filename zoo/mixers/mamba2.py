@@ -25,7 +25,7 @@ from ..ops.conv import CAUSAL_CONV1D_NEEDS, causal_conv1d
 from ..ops.fastpath import Kernel
 from ..ops.ssd import ssd_backend, ssd_scan
 from ..ops.ssm_step import conv_step, ssm_step, step_backend
-from .base import Mixer, check_positive, chunked_linear_attention_flops
+from .base import Mixer, check_conv_width, check_positive, chunked_linear_attention_flops
 
 MAMBA2_FUSED = Kernel("mamba_ssm.ops.triton.ssd_combined", "mamba_split_conv1d_scan_combined",
                       "mamba-ssm", "2.0.0", "the Mamba-2 SSD kernels", needs=CAUSAL_CONV1D_NEEDS)
@@ -52,9 +52,10 @@ class Mamba2(Mixer):
     def __init__(self, d_model: int, d_state: int = 64, d_conv: int = 4, expand: int = 2,
                  headdim: int = 32, ngroups: int = 1, chunk_size: int = 64):
         super().__init__()
-        for option, value in [("d_state", d_state), ("d_conv", d_conv), ("expand", expand),
-                              ("headdim", headdim), ("ngroups", ngroups), ("chunk_size", chunk_size)]:
+        for option, value in [("d_state", d_state), ("expand", expand), ("headdim", headdim),
+                              ("ngroups", ngroups), ("chunk_size", chunk_size)]:
             check_positive(self.name, value, option)
+        check_conv_width(self.name, d_conv)
         d_inner = expand * d_model
         if d_inner % headdim:
             raise ValueError(f"{self.name}: d_inner = expand * d_model = {d_inner} is not "

@@ -80,9 +80,15 @@ def partner_slices(L: int, delta: int, pairing: str):
 
 
 def combine_partners(z: torch.Tensor, offsets, pairing: str = "past", normalize: bool = True,
-                     eps: float = 1e-6, aggregate: str = "mean") -> torch.Tensor:
+                     eps: float = 1e-6, aggregate: str = "mean", parallel_below: float = 0.0) -> torch.Tensor:
     """W_t = sum over valid Δ of c_Δ w_Δ (identity 1; normalised: c_Δ v_Δ, see the
-    module docstring). z: (B, L, r) -> (B, L, r)."""
+    module docstring). z: (B, L, r) -> (B, L, r).
+
+    ``parallel_below`` (normalised only): a partner whose sine with z_t is below it counts
+    as parallel (v = 0). The parallel forms leave it at 0, where only a bitwise repeat
+    wedges to 0; the step form (one token's z from a one-row matmul, its partners' from
+    the prefill's many-row one) sets it so that a repeated token, a few ulps off its
+    cached copy, still wedges to 0 rather than to rounding noise times 1/eps."""
     B, L, r = z.shape
     W = torch.zeros_like(z)
     for delta in offsets:
@@ -97,6 +103,9 @@ def combine_partners(z: torch.Tensor, offsets, pairing: str = "past", normalize:
             dot = (zt * w).sum(-1, keepdim=True)
             beta = torch.where(zz > 0, dot / torch.where(zz > 0, zz, 1.0), 0.0).detach()
             v = w - beta * zt  # z_t ∧ v = z_t ∧ w, and v ⊥ z_t
+            if parallel_below:
+                vv, ww = (v * v).sum(-1, keepdim=True), (w * w).sum(-1, keepdim=True)
+                v = torch.where(vv <= parallel_below ** 2 * ww, 0.0, v)
             p2 = zz * (v * v).sum(-1, keepdim=True)  # |z_t ∧ w|^2 (Lagrange), >= 0
             big = p2 > eps * eps
             w = torch.where(big, torch.rsqrt(torch.where(big, p2, 1.0)), 1.0 / eps) * v
