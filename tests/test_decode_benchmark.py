@@ -1,8 +1,13 @@
 """The decode benchmark: what a point measures (state bytes that follow the mixer's
-state_size, a KV cache that grows and fixed states that do not), failures as rows, the
-CSV with its command, the figures, and a state copied to the batch decoding as a
-batch-prefilled one does."""
+state_size, a KV cache that grows and fixed states that do not, the bytes a step writes,
+no input made in the timed region, the mean and slowest step beside the median, page
+faults and glibc's tuned allocator), failures as rows, the CSV with its command, the
+figures, and a state copied to the batch decoding as a batch-prefilled one does."""
 import csv
+import os
+import subprocess
+import sys
+import time
 
 import pandas as pd
 import pytest
@@ -12,7 +17,9 @@ import zoo
 from results.plots import plot_decode
 from results.records import records_frame
 from tasks import TASKS
-from tasks.benchmarks.decode import DecodeConfig, main, run, to_batch
+from tasks.benchmarks import decode
+from tasks.benchmarks.decode import DecodeConfig, main, run, to_batch, written_bytes
+from tasks.benchmarks.timing import measure
 
 TINY = dict(d_model=32, contexts=(0, 64, 160), new_tokens=3, warmup=1, device="cpu", isolate=False, bandwidth_mb=8)
 OPTIONS = {"attention": {"n_heads": 2}, "sliding_window": {"n_heads": 2, "window": 8},
@@ -82,7 +89,10 @@ def test_cli_writes_csv_with_its_command(tmp_path, capsys):
         ("mamba", "0", "ok"), ("mamba", "8", "ok"), ("sliding_window:window=4", "0", "ok"),
         ("sliding_window:window=4", "8", "ok")]
     assert rows[0]["command"].startswith("python -m tasks.benchmarks.decode --mixers mamba,")
-    assert "ms_per_token" in capsys.readouterr().out
+    new = ("mean_ms_per_token", "max_ms", "state_write_bytes", "faults_per_token", "malloc_tuned")
+    assert all(r[k] != "" for r in rows for k in new)
+    header = [line.split() for line in capsys.readouterr().out.splitlines() if line.split()[:1] == ["label"]][-1]
+    assert set(new) <= set(header)
 
 
 def test_figures_from_the_records_mark_a_failed_context(records, tmp_path):
@@ -95,3 +105,84 @@ def test_figures_from_the_records_mark_a_failed_context(records, tmp_path):
     assert [p.name for p in paths] == ["decode_time_vs_context.png", "decode_memory_vs_context.png"]
     assert all(p.stat().st_size > 10_000 for p in paths)
     assert plot_decode(pd.DataFrame({"task": ["mqar"]}), tmp_path) == []
+
+
+def test_no_step_input_is_made_in_the_timed_region(monkeypatch):
+    """Every step's input exists before the first timed step: a torch.randn or torch.randint
+    call while timing would be counted in the time per token."""
+    timing, made = [], []
+
+    def timed(*args, **kwargs):
+        timing.append(True)
+        try:
+            return measure(*args, **kwargs)
+        finally:
+            timing.pop()
+
+    def counted(real):
+        def make(*args, **kwargs):
+            if timing:
+                made.append(real.__name__)
+            return real(*args, **kwargs)
+        return make
+
+    monkeypatch.setattr(decode, "measure", timed)
+    monkeypatch.setattr(torch, "randn", counted(torch.randn))
+    monkeypatch.setattr(torch, "randint", counted(torch.randint))
+    for scope in ("mixer", "lm"):  # a mixer steps on vectors (randn), a model on tokens (randint)
+        rec = run(DecodeConfig(mixer="gla", scope=scope, n_layers=1, **TINY), progress=False)
+        assert rec["n_ok"] == 3
+    assert made == []
+
+
+def test_the_bytes_a_step_writes_count_in_the_bandwidth(records):
+    """A fixed state is rewritten whole at every step (the window's and the offsets' history
+    shift once full); attention writes one key and one value row per sequence."""
+    for name, rec in records.items():
+        for p in rec["points"][1:]:  # contexts 64 and 160: past the window and the offsets
+            row = 2 * 2 * 32 * 4  # a key and a value row, 2 sequences, d 32, float32
+            assert p["state_write_bytes"] == (row if name == "attention" else p["state_bytes"])
+            moved = p["weight_bytes"] + p["state_bytes"] + p["state_write_bytes"]
+            assert p["bandwidth_fraction"] == pytest.approx(
+                moved / (p["ms_per_token"] / 1e3) / 1e9 / rec["bandwidth_gb_s"])
+
+
+def test_attention_writes_one_row_per_layer_even_when_its_cache_grows():
+    rec = run(DecodeConfig(mixer="attention", mixer_options={"n_heads": 2}, scope="lm", n_layers=2, **TINY),
+              progress=False)
+    assert [p["state_write_bytes"] for p in rec["points"]] == [2 * 2 * 32 * 4] * 3  # 2 layers, k and v
+    # a cache given room by the step: the shared part unchanged, one new row, the zeroed rest not written
+    k = torch.randn(1, 2, 3, 4)
+    grown = torch.cat([k, torch.randn(1, 2, 1, 4), torch.zeros(1, 2, 60, 4)], 2)
+    assert written_bytes({"k": k, "seen": 3}, {"k": grown, "seen": 4}) == 2 * 4 * 4
+
+
+def test_the_mean_and_the_slowest_step_show_what_the_median_hides(records):
+    calls = []
+
+    def step():  # one slow step in ten, as a cache that regrows
+        calls.append(1)
+        time.sleep(0.03 if len(calls) == 5 else 0.001)
+
+    t = measure(step, warmup=0, repeats=10)
+    assert t["median_ms"] < 10 and t["mean_ms"] >= 3 and t["max_ms"] >= 30  # the mean: at least 30 ms / 10
+    for p in (p for rec in records.values() for p in rec["points"]):
+        assert p["p20_ms"] <= p["ms_per_token"] <= p["p80_ms"] <= p["max_ms"]
+        assert p["mean_ms_per_token"] <= p["max_ms"] and p["mean_ms_per_token"] > 0
+
+
+GLIBC = sys.platform == "linux" and (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
+
+
+def test_page_faults_are_recorded_and_glibc_keeps_a_steps_large_temporaries(records):
+    for p in (p for rec in records.values() for p in rec["points"]):
+        assert p["faults_per_token"] >= 0 and p["malloc_tuned"] is GLIBC
+    if not GLIBC:
+        return
+    # a fresh process (this one may be tuned already): a 64 MiB temporary per call, above
+    # glibc's largest mmap threshold, faults in all its 16,384 pages again unless tuned
+    code = ("import torch; from tasks.benchmarks.timing import measure, tune_malloc\n"
+            "step = lambda: torch.empty(2 ** 24).fill_(1.0)\n"
+            "print(measure(step, 10, 5)['minor_faults'] / 5, tune_malloc(), measure(step, 10, 5)['minor_faults'] / 5)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert float(out[0]) > 16000 and out[1] == "True" and float(out[2]) < 100

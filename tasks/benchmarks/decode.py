@@ -4,12 +4,31 @@ A linear-time mixer is chosen for inference: its state per sequence is fixed, so
 time and memory of a generated token do not grow with the context, where attention's
 KV cache does. For each context c, a point prefills c tokens through the mixer's step
 form (``prefill``, the parallel form), then times ``new_tokens`` decode steps one by one
-(``step``), and records the median time per token (p20/p80), tokens/s, the state's bytes,
-the memory held while decoding, and the fraction of the machine's memory bandwidth the
-step reaches. A decode step must at least read every weight and the whole state once, so
-(weights + state bytes) / step time, over the read bandwidth of a large matrix-vector
-product measured in the same run, says how close to that limit the step runs (above 1:
-weights or state served from cache).
+(``step``, after ``warmup`` untimed ones; every step's input is made before the first,
+so the timed region holds the steps alone). A step generates one token per sequence;
+"per token" below is per step. It records the median time per token (p20/p80), the
+mean and the slowest step (attention's cache regrows by a copy once every 64 tokens,
+which the median hides and the mean and max show), tokens/s, the state's bytes, the
+memory held while decoding, the process's minor page faults per step, and the fraction
+of the machine's memory bandwidth the step reaches.
+
+A decode step must at least read every weight and the whole state once, and write the
+part of the state it changes, so (weights + state bytes + state bytes written) / step
+time, over the read bandwidth of a large matrix-vector product measured in the same run,
+says how close to that limit the step runs (above 1: weights or state served from cache).
+The bytes written are counted the same way for every mixer, from values, not from a
+list of state layouts: one more, untimed step from a copy of the first sequence's state
+after the timed steps, and the bytes of the state elements whose value it changed, times
+the batch (every sequence's state is its own rows). A recurrent state, a convolution's or
+a shift's history change whole; a KV cache gains one key and one value row per layer
+(a cache given room by the step is compared on the part both share, and of the room only
+the values written count: reserved room is zeros). A write that leaves a value as it
+was goes uncounted, so this is what the step writes at least.
+
+Each point runs with glibc's mmap threshold raised (``timing.tune_malloc``;
+``malloc_tuned`` says whether it took): glibc's defaults give a step's temporaries above
+32 MiB fresh pages at every step (RetNet's, at d 1,024 and batch 16), page faults a
+long-running server's allocator would not take. ``faults_per_token`` shows what is left.
 
 The context is prefilled for one sequence and copied to the batch: a step costs the
 same whatever the values in its state, and prefilling a batch of 16k-token contexts
@@ -37,7 +56,7 @@ from zoo.config import check_bounds
 from ..engine.cli import emit_points, format_table, parse_mixers
 from ..engine.runs import environment
 from .scaling import MixerBench, build, module_backend
-from .timing import measure, run_point
+from .timing import measure, run_point, tune_malloc
 
 CPU_CONTEXTS = (0, 1024, 2048, 4096, 8192, 16384)
 CUDA_CONTEXTS = (*CPU_CONTEXTS, 32768, 65536)
@@ -79,15 +98,48 @@ def state_bytes(state) -> int:
     return 0
 
 
+def _map(fn, state):
+    """``fn`` applied to every tensor of a state (nested dicts and lists); the rest kept."""
+    if torch.is_tensor(state):
+        return fn(state)
+    if isinstance(state, dict):
+        return {k: _map(fn, v) for k, v in state.items()}
+    if isinstance(state, list):
+        return [_map(fn, v) for v in state]
+    return state
+
+
 def to_batch(state, batch: int):
     """A one-sequence state copied to ``batch`` sequences (every state tensor is batch-first)."""
-    if torch.is_tensor(state):
-        return state.expand(batch, *state.shape[1:]).contiguous()
-    if isinstance(state, dict):
-        return {k: to_batch(v, batch) for k, v in state.items()}
-    if isinstance(state, list):
-        return [to_batch(v, batch) for v in state]
-    return state
+    return _map(lambda t: t.expand(batch, *t.shape[1:]).contiguous(), state)
+
+
+def written_bytes(before, after) -> int:
+    """Bytes of the tensors of state ``after`` whose value differs from ``before``'s at the
+    same place. A tensor that grew is compared on the part both have; of the rest only its
+    nonzero values count (room a cache reserves is zeros until a step writes it)."""
+    if torch.is_tensor(after):
+        if not torch.is_tensor(before) or before.dim() != after.dim():
+            return int((after != 0).sum()) * after.element_size()
+        both = tuple(slice(0, min(m, n)) for m, n in zip(before.shape, after.shape))
+        changed = (after[both] != before[both]).sum() + (after != 0).sum() - (after[both] != 0).sum()
+        return int(changed) * after.element_size()
+    if isinstance(after, dict):
+        before = before if isinstance(before, dict) else {}
+        return sum(written_bytes(before.get(k), v) for k, v in after.items())
+    if isinstance(after, list):
+        before = before if isinstance(before, list) else []
+        return sum(written_bytes(before[i] if i < len(before) else None, v) for i, v in enumerate(after))
+    return 0
+
+
+def state_write_bytes(module, state, x: torch.Tensor) -> int:
+    """Bytes a step from ``state`` writes at least, for the whole batch: one untimed step of
+    the first sequence from a copy (attention writes its cache in place), times the batch.
+    ``x`` is a step's input for the batch."""
+    first = _map(lambda t: t[:1], state)  # views: the step below writes only the copy
+    _, after = module.step(x[:1], _map(torch.clone, first))
+    return written_bytes(first, after) * x.shape[0]
 
 
 def measure_point(cfg: dict, context: int, meter, deadline):
@@ -96,9 +148,11 @@ def measure_point(cfg: dict, context: int, meter, deadline):
     cfg = DecodeConfig.from_dict(cfg)
     device, dtype = cfg.resolve_device(), cfg.resolve_dtype()
     torch.manual_seed(cfg.seed)
+    malloc_tuned = tune_malloc()  # for this process: the point's child, or the caller inline
     meter.start()  # weights, the prompt, the prefill and the state count; the runtime does not
     module = build(cfg, context + cfg.warmup + cfg.new_tokens).to(device=device, dtype=dtype).eval()
     lm = cfg.scope == "lm"
+    n = cfg.warmup + cfg.new_tokens
     with torch.inference_mode():
         prompt = (torch.randint(cfg.vocab_size, (1, context), device=device) if lm
                   else torch.randn(1, context, cfg.d_model, device=device, dtype=dtype))
@@ -110,18 +164,23 @@ def measure_point(cfg: dict, context: int, meter, deadline):
         del prompt
         box = {"state": to_batch(state, cfg.batch)}
         del state
+        # every step's input, made before the first step: step i takes the i-th, (B,) or (B, D)
+        inputs = (torch.randint(cfg.vocab_size, (n, cfg.batch), device=device) if lm
+                  else torch.randn(n, cfg.batch, cfg.d_model, device=device, dtype=dtype)).unbind(0)
+        feed = iter(inputs)
         meter.restart_peak()  # the decode's own peak: weights + state + a step's temporaries
 
         def step():
-            x = (torch.randint(cfg.vocab_size, (cfg.batch,), device=device) if lm
-                 else torch.randn(cfg.batch, cfg.d_model, device=device, dtype=dtype))
-            _, box["state"] = module.step(x, box["state"])
+            _, box["state"] = module.step(next(feed), box["state"])
 
         t = measure(step, cfg.warmup, cfg.new_tokens, device, deadline)
+        decode_mem = meter.peak_mb()  # before the copy that counts the writes
+        state_b = state_bytes(box["state"])  # after the last step: context + warmup + new_tokens
+        writes = state_write_bytes(module, box["state"], inputs[0])
     weights = sum(p.numel() * p.element_size() for p in module.parameters())
-    state_b = state_bytes(box["state"])  # after the last step: context + warmup + new_tokens
-    yield {**t, "prefill_ms": prefill_ms, "state_bytes": state_b, "weight_bytes": weights,
-           "decode_mem_mb": meter.peak_mb(), "backend": module_backend(module)}
+    yield {**t, "prefill_ms": prefill_ms, "state_bytes": state_b, "state_write_bytes": writes,
+           "weight_bytes": weights, "decode_mem_mb": decode_mem, "faults_per_token": t["minor_faults"] / t["repeats"],
+           "malloc_tuned": malloc_tuned, "backend": module_backend(module)}
 
 
 def measure_bandwidth(device: torch.device, mb: int = 512, repeats: int = 5) -> float:
@@ -153,16 +212,19 @@ def run(cfg: DecodeConfig, workdir: Path | None = None, progress: bool = True) -
         row = rows[0] if rows else {}
         ok = status == "ok" and bool(rows)
         med = row.get("median_ms")
-        read = row.get("weight_bytes", 0) + row.get("state_bytes", 0)  # what a step must read at least
+        # what a step must move at least: read every weight and the state, write what it changes
+        moved = row.get("weight_bytes", 0) + row.get("state_bytes", 0) + row.get("state_write_bytes", 0)
         points.append({
             "context": c, "batch": cfg.batch, "status": "ok" if ok else status,
             "prefill_ms": row.get("prefill_ms"), "ms_per_token": med, "p20_ms": row.get("p20_ms"),
-            "p80_ms": row.get("p80_ms"), "steps": row.get("repeats"),
-            "tokens_per_s": cfg.batch / (med / 1e3) if ok else None,
+            "p80_ms": row.get("p80_ms"), "mean_ms_per_token": row.get("mean_ms"), "max_ms": row.get("max_ms"),
+            "steps": row.get("repeats"), "tokens_per_s": cfg.batch / (med / 1e3) if ok else None,
             "state_bytes": row.get("state_bytes"),
             "state_mb_per_seq": row["state_bytes"] / cfg.batch / 2 ** 20 if ok else None,
+            "state_write_bytes": row.get("state_write_bytes"),
             "weight_bytes": row.get("weight_bytes"), "decode_mem_mb": row.get("decode_mem_mb"),
-            "bandwidth_fraction": read / (med / 1e3) / 1e9 / bandwidth if ok else None,
+            "bandwidth_fraction": moved / (med / 1e3) / 1e9 / bandwidth if ok else None,
+            "faults_per_token": row.get("faults_per_token"), "malloc_tuned": row.get("malloc_tuned"),
             "backend": row.get("backend"), "error": "" if ok else error,
         })
         if progress:
@@ -181,8 +243,9 @@ def run(cfg: DecodeConfig, workdir: Path | None = None, progress: bool = True) -
 # --------------------------------------------------------------------------- CLI
 
 
-TABLE = ["label", "context", "batch", "prefill_ms", "ms_per_token", "p20_ms", "p80_ms", "tokens_per_s",
-         "state_mb_per_seq", "decode_mem_mb", "bandwidth_fraction", "backend", "status"]
+TABLE = ["label", "context", "batch", "prefill_ms", "ms_per_token", "p20_ms", "p80_ms", "mean_ms_per_token",
+         "max_ms", "tokens_per_s", "state_mb_per_seq", "state_write_bytes", "decode_mem_mb", "bandwidth_fraction",
+         "faults_per_token", "malloc_tuned", "backend", "status"]
 
 
 def main(argv=None) -> list[dict]:

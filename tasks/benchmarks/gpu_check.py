@@ -70,7 +70,8 @@ PARITY_FIELDS = ["mixer", "tensor", "status", "backend_fast", "backend_torch", "
                  "err_torch", "ratio", "pass", "why"]
 DECODE_PARITY_FIELDS = ["mixer", "status", "backend_step", "err_step", "err_parallel", "ratio", "pass", "why"]
 DECODE_FIELDS = ["label", "d_model", "dtype", "context", "batch", "status", "prefill_ms", "ms_per_token",
-                 "tokens_per_s", "state_mb_per_seq", "decode_mem_mb", "bandwidth_fraction", "backend", "error"]
+                 "mean_ms_per_token", "max_ms", "tokens_per_s", "state_mb_per_seq", "state_write_bytes",
+                 "decode_mem_mb", "bandwidth_fraction", "backend", "error"]
 BENCH_FIELDS = ["label", "d_model", "dtype", "seq_len", "batch", "tokens", "pass", "status",
                 "median_ms", "p20_ms", "p80_ms", "repeats", "tokens_per_s", "peak_mem_mb",
                 "flops_per_s", "backend", "error"]
