@@ -466,6 +466,12 @@ def cmd_vet(args) -> int:
     (mixer, options), *extra = parse_mixers(args.mixer)
     if extra:
         raise SweepError(f"vet takes one mixer, got {args.mixer!r}: put the others in --against")
+    import zoo
+    for name, _ in [(mixer, options), *(parse_mixers(args.against) if args.against else [])]:
+        try:
+            zoo.mixer_class(name)
+        except ValueError as exc:  # an unknown name or an import path that does not import: one line
+            raise SweepError(f"vet: {exc}") from None
     slurm = {"partition": args.partition, "time": args.time}
     card = vet(mixer, options, parse_mixers(args.against) if args.against else [], args.budget, args.results_dir,
                args.executor, args.parallel, slurm, wait=args.executor == "local" or args.wait)

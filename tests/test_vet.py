@@ -136,3 +136,10 @@ def test_the_cards_cost_rows_time_the_decode_step_beside_attention():
     assert rows[-1][1].startswith("0.25x attention's") and rows[-1][2] == "holds"
     assert cost_rows(frame, "outside_mixers.shift:ShiftMix")[-1][1:] == ["the mixer has no step (decode) form",
                                                                           "not run"]
+
+
+def test_vet_of_a_mixer_that_does_not_import_says_so_in_one_line(tmp_path, capsys):
+    assert cli(["vet", "no_such_package.mixers:Mine", "--budget", "test", "--results-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot import it" in err and "PYTHONPATH" in err and err.count("\n") == 1, err
+    assert not any(tmp_path.iterdir())  # nothing ran, nothing written
