@@ -161,3 +161,22 @@ def test_extra_seeds_run_at_the_best_rate_of_seed_0(folder, tmp_path, monkeypatc
                                            f"the best seed-0 rate is {best} (run {bracket[best]})")
         checked += 1
     assert checked, f"{folder.name}: no point with extra seeds and a complete bracket"
+
+
+def test_the_compiled_decode_step_table_is_the_committed_csvs():
+    """docs/performance.md's eager-against-auto decode table is step_impl_table of the
+    committed CSVs, each pair made by one command apart from --step-impl."""
+    import csv
+
+    from tasks.benchmarks.decode import step_impl_table
+
+    folder, pairs = REFERENCE / "decode_steps_cpu", []
+    for name, setting in (("d256", "d 256, batch 1"), ("d1024", "d 1024, batch 16")):
+        rows = {}
+        for impl in ("eager", "auto"):
+            with open(folder / f"{name}_{impl}.csv", newline="") as f:
+                rows[impl] = list(csv.DictReader(f))
+            assert rows[impl] and all(f"--step-impl {impl}" in r["command"] for r in rows[impl])
+        assert {r["command"].replace("eager", "auto") for r in rows["eager"]} == {r["command"] for r in rows["auto"]}
+        pairs.append((setting, rows["eager"], rows["auto"]))
+    assert step_impl_table(pairs) in (ROOT / "docs" / "performance.md").read_text()

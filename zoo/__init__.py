@@ -3,5 +3,6 @@ from .causality import CausalityError, assert_causal, check_causal, check_mixer_
 from .config import StrictConfig
 from .mixers import MIXERS, Mixer, build_mixer, mixer_class
 from .generate import generate
+from .stepping import STEP_IMPLS, fast_steps
 from .model import LM, ModelConfig, build_model
 from .params import Match, config_params, count_params, match_params

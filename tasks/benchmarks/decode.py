@@ -51,7 +51,7 @@ from pathlib import Path
 import torch
 
 import zoo
-from zoo.config import check_bounds
+from zoo.config import check_bounds, check_choice
 
 from ..engine.cli import emit_points, format_table, parse_mixers
 from ..engine.runs import environment
@@ -70,11 +70,13 @@ class DecodeConfig(MixerBench):
     warmup: int = 8  # untimed decode steps first (they extend the context too)
     time_limit_s: float = 300.0  # per point, start-up excluded
     bandwidth_mb: int = 512  # the matrix that measures the read bandwidth
+    step_impl: str = "auto"  # a fixed-state mixer's step: eager, compiled, or the faster (zoo.stepping)
 
     def __post_init__(self):
         super().__post_init__()
         own = "DecodeConfig"
         check_bounds(self, "batch", "new_tokens", "bandwidth_mb", gt=0)
+        check_choice(own, "step_impl", self.step_impl, zoo.STEP_IMPLS)
         if self.contexts is not None and (not self.contexts or any(
                 not isinstance(c, int) or isinstance(c, bool) or c < 0 for c in self.contexts)):
             raise ValueError(f"{own}: contexts={self.contexts!r} must be whole numbers >= 0 (or None)")
@@ -151,6 +153,7 @@ def measure_point(cfg: dict, context: int, meter, deadline):
     malloc_tuned = tune_malloc()  # for this process: the point's child, or the caller inline
     meter.start()  # weights, the prompt, the prefill and the state count; the runtime does not
     module = build(cfg, context + cfg.warmup + cfg.new_tokens).to(device=device, dtype=dtype).eval()
+    step_impls = zoo.fast_steps(module, cfg.batch, cfg.step_impl)  # compiles outside the timed region
     lm = cfg.scope == "lm"
     n = cfg.warmup + cfg.new_tokens
     with torch.inference_mode():
@@ -180,7 +183,8 @@ def measure_point(cfg: dict, context: int, meter, deadline):
     weights = sum(p.numel() * p.element_size() for p in module.parameters())
     yield {**t, "prefill_ms": prefill_ms, "state_bytes": state_b, "state_write_bytes": writes,
            "weight_bytes": weights, "decode_mem_mb": decode_mem, "faults_per_token": t["minor_faults"] / t["repeats"],
-           "malloc_tuned": malloc_tuned, "backend": module_backend(module)}
+           "malloc_tuned": malloc_tuned, "backend": module_backend(module),
+           "step_impl": ",".join(sorted(set(step_impls.values()))) or "eager"}
 
 
 def measure_bandwidth(device: torch.device, mb: int = 512, repeats: int = 5) -> float:
@@ -225,7 +229,7 @@ def run(cfg: DecodeConfig, workdir: Path | None = None, progress: bool = True) -
             "weight_bytes": row.get("weight_bytes"), "decode_mem_mb": row.get("decode_mem_mb"),
             "bandwidth_fraction": moved / (med / 1e3) / 1e9 / bandwidth if ok else None,
             "faults_per_token": row.get("faults_per_token"), "malloc_tuned": row.get("malloc_tuned"),
-            "backend": row.get("backend"), "error": "" if ok else error,
+            "backend": row.get("backend"), "step_impl": row.get("step_impl"), "error": "" if ok else error,
         })
         if progress:
             print(format_table([{"label": cfg.name(), **points[-1]}], TABLE), flush=True)
@@ -240,12 +244,28 @@ def run(cfg: DecodeConfig, workdir: Path | None = None, progress: bool = True) -
     }
 
 
+def step_impl_table(pairs: list[tuple[str, list[dict], list[dict]]]) -> str:
+    """Markdown: the same points run with --step-impl eager and auto, side by side, per
+    (setting, eager CSV rows, auto CSV rows); docs/performance.md shows the committed ones."""
+    lines = ["| mixer | setting | eager ms/token | auto ms/token | speed-up | bandwidth fraction, eager → auto "
+             "| auto chose |", "|---|---|---:|---:|---:|---:|---|"]
+    for setting, eager, auto in pairs:
+        by_label = {r["label"]: r for r in auto}
+        for e in eager:
+            a = by_label[e["label"]]
+            te, ta = float(e["ms_per_token"]), float(a["ms_per_token"])
+            lines.append(f"| {e['label']} | {setting} | {te:.3f} | {ta:.3f} | {te / ta:.2f}x | "
+                         f"{float(e['bandwidth_fraction']):.2f} → {float(a['bandwidth_fraction']):.2f} "
+                         f"| {a['step_impl']} |")
+    return "\n".join(lines) + "\n"
+
+
 # --------------------------------------------------------------------------- CLI
 
 
 TABLE = ["label", "context", "batch", "prefill_ms", "ms_per_token", "p20_ms", "p80_ms", "mean_ms_per_token",
          "max_ms", "tokens_per_s", "state_mb_per_seq", "state_write_bytes", "decode_mem_mb", "bandwidth_fraction",
-         "faults_per_token", "malloc_tuned", "backend", "status"]
+         "faults_per_token", "malloc_tuned", "backend", "step_impl", "status"]
 
 
 def main(argv=None) -> list[dict]:
@@ -263,6 +283,8 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--dtype", default="auto")
     p.add_argument("--time-limit", type=float, default=300.0, help="seconds per point")
     p.add_argument("--mem-cap-mb", type=float, default=None)
+    p.add_argument("--step-impl", default="auto", choices=["eager", "compiled", "auto"],
+                   help="a fixed-state mixer's step: eager, torch.compile'd, or the faster measured (default)")
     p.add_argument("--no-isolate", action="store_true", help="run points in this process (no CPU memory)")
     p.add_argument("--out", type=Path, default=None, help="CSV file, one row per point")
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -276,7 +298,7 @@ def main(argv=None) -> list[dict]:
         cfg = DecodeConfig(mixer=name, mixer_options=options, d_model=args.d_model, batch=args.batch,
                            contexts=contexts, new_tokens=args.new_tokens, scope=args.scope, device=args.device,
                            dtype=args.dtype, time_limit_s=args.time_limit, mem_cap_mb=args.mem_cap_mb,
-                           isolate=not args.no_isolate)
+                           isolate=not args.no_isolate, step_impl=args.step_impl)
         records.append(run(cfg))
     emit_points(records, TABLE, args.out, command)
     return records

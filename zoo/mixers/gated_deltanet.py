@@ -96,8 +96,6 @@ class GatedDeltaNet(Mixer):
         return y[:, 0], {"S": S.to(state["S"].dtype), "conv": conv}
 
     def prefill(self, x: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
-        if x.shape[1] == 0:  # the chunked scan needs a token
-            return torch.zeros_like(x), state
         y, S, conv = self._mix(x, state["S"], state["conv"])
         return y, {"S": S.to(state["S"].dtype), "conv": conv}
 

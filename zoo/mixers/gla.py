@@ -85,8 +85,6 @@ class GLA(Mixer):
         return {"S": S}
 
     def prefill(self, x: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
-        if x.shape[1] == 0:  # the chunked scan needs a token
-            return torch.zeros_like(x), state
         y, S = self._gla(x, state["S"])
         return y, {"S": S.to(state["S"].dtype)}
 

@@ -83,8 +83,6 @@ class RetNet(Mixer):
         return {"S": S, "seen": 0}
 
     def prefill(self, x: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
-        if x.shape[1] == 0:  # the chunked scan needs a token
-            return torch.zeros_like(x), state
         y, S = self._retain(x, state["S"], state["seen"])
         return y, {"S": S.to(state["S"].dtype), "seen": state["seen"] + x.shape[1]}
 

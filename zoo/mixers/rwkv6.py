@@ -84,8 +84,6 @@ class RWKV6(Mixer):
                 "prev": torch.zeros(batch, 1, self.d_model, device=device, dtype=dtype)}
 
     def prefill(self, x: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
-        if x.shape[1] == 0:  # the chunked scan needs a token
-            return torch.zeros_like(x), state
         y, S = self._mix(x, state["S"], state["prev"])
         return y, {"S": S.to(state["S"].dtype), "prev": x[:, -1:]}
 

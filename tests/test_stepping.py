@@ -1,0 +1,53 @@
+"""The compiled decode step (zoo.stepping) computes what the mixer's own step computes:
+prefill a prompt, then step with each, in float64, for every fixed-state mixer; a KV
+cache (whose shape grows) is never compiled; "auto" keeps one of the two."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import zoo
+from zoo import MIXERS, mixer_class
+from zoo.checks import decode
+from zoo.stepping import fast_steps, fixed_state
+
+D = 64
+FIXED = sorted(n for n in MIXERS if mixer_class(n).has_step_form() and fixed_state(mixer_class(n)(D)))
+
+
+def test_the_fixed_state_mixers_are_the_recurrent_ones_and_the_window():
+    assert "attention" not in FIXED and {"mamba", "mamba2", "gla", "grassmann", "sliding_window"} <= set(FIXED)
+
+
+@pytest.mark.parametrize("name", FIXED)
+def test_the_compiled_step_equals_the_eager_one_in_float64(name):
+    torch.manual_seed(0)
+    m = mixer_class(name)(D).to(torch.float64).eval()
+    x = torch.randn(2, 30, D, dtype=torch.float64)
+    with torch.no_grad():
+        want, want_state = decode(m, x, 11)
+    assert fast_steps(m, batch=2, impl="compiled") == {"": "compiled"}
+    assert "step" in m.__dict__  # the instance's step is the compiled one
+    with torch.no_grad():
+        got, state = decode(m, x, 11)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    for key, value in want_state.items():
+        if torch.is_tensor(value):
+            torch.testing.assert_close(state[key], value, rtol=1e-12, atol=1e-12)
+    assert fast_steps(m, batch=2, impl="eager") == {"": "eager"} and "step" not in m.__dict__
+
+
+def test_auto_picks_by_measurement_in_an_lm_and_leaves_attention_eager():
+    cfg = zoo.ModelConfig(vocab_size=61, d_model=D, n_layers=2, max_len=64, mixer="gla",
+                          hybrid={"mixer": "attention", "every": 2})
+    lm = zoo.build_model(cfg, seed=0).eval()
+    chosen = fast_steps(lm, batch=1, impl="auto")
+    paths = [p for p, m in lm.named_modules() if isinstance(m, zoo.Mixer)]
+    kinds = {p: type(m).__name__ for p, m in lm.named_modules() if isinstance(m, zoo.Mixer)}
+    assert set(chosen) == {p for p in paths if kinds[p] == "GLA"} and set(chosen.values()) <= {"eager", "compiled"}
+    tokens = torch.randint(61, (1, 20))
+    out = zoo.generate(lm, tokens[:, :4], new_tokens=10)
+    with torch.no_grad():
+        assert torch.equal(out[:, 4:], lm(out[:, :-1]).argmax(-1)[:, 3:])
+    with pytest.raises(ValueError, match="step_impl='fast' is not valid"):
+        fast_steps(lm, batch=1, impl="fast")

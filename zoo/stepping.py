@@ -1,0 +1,69 @@
+"""Fast decode steps: a fixed-state mixer's ``step`` under torch.compile, where that
+measures faster.
+
+At decode a step is one token: a few small matrix-vector products and a dozen
+elementwise ops on a state of a few thousand floats. In eager PyTorch each op is a
+dispatch (microseconds) and a pass over memory, so at d_model 256 a recurrent step costs
+1.5-4x attention's at 1k of context although it reads less. torch.compile fuses each
+mixer's step into a few generated loops (C++ on a CPU), one family at a time and with no
+kernel of ours to keep in step with the mixer: whatever ``step`` computes, the compiled
+form computes (``tests/test_stepping.py`` holds them equal in float64).
+
+Only mixers whose state does not grow (``state_size`` the same at 4k and 8k tokens) are
+compiled: a KV cache changes shape every block of tokens, and each shape would be a new
+compilation. "auto" times both forms on a state after a short context and keeps the
+faster, as the training paths choose theirs (zoo.ops.fastpath.fastest); a mixer whose
+compilation fails keeps its eager step.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from .mixers.base import Mixer
+from .ops.fastpath import fastest
+
+STEP_IMPLS = ("eager", "compiled", "auto")
+
+
+def fixed_state(mixer: Mixer) -> bool:
+    """Whether the mixer's state stops growing (a recurrent state, a window)."""
+    return mixer.state_size(4096) == mixer.state_size(8192)
+
+
+def fast_steps(module: nn.Module, batch: int, impl: str = "auto", context: int = 16) -> dict[str, str]:
+    """Give every fixed-state mixer in ``module`` (a mixer or an LM) the step ``impl`` says:
+    "eager" (its own), "compiled", or "auto" (the faster of the two over a state after
+    ``context`` tokens). The compiled step is set on the instance, so an LM's ``step``
+    takes it through its blocks. Returns {module path: "eager" | "compiled"}."""
+    if impl not in STEP_IMPLS:
+        raise ValueError(f"step_impl={impl!r} is not valid; choose one of {list(STEP_IMPLS)}")
+    chosen = {}
+    for path, m in module.named_modules():
+        if not (isinstance(m, Mixer) and m.has_step_form() and fixed_state(m)):
+            continue
+        m.__dict__.pop("step", None)  # back to the class's step
+        if impl == "eager":
+            chosen[path] = "eager"
+            continue
+        # dynamic=None: a value that changes from step to step (RetNet's position, a window
+        # filling up) is made symbolic after its first change instead of compiled again each time
+        compiled = torch.compile(m.step, dynamic=None)
+        if impl == "compiled":
+            m.step, chosen[path] = compiled, "compiled"
+            continue
+        p = next(m.parameters())
+        with torch.inference_mode():
+            _, state = m.prefill(torch.randn(batch, context, m.d_model, device=p.device, dtype=p.dtype),
+                                 m.init_state(batch))
+            x = torch.randn(batch, m.d_model, device=p.device, dtype=p.dtype)
+
+            def steps(fn):  # 8 tokens on from the same state (a state is a value), as decoding goes
+                s = state
+                for _ in range(8):
+                    _, s = fn(x, s)
+            name, _ = fastest({"eager": lambda: steps(m.step), "compiled": lambda: steps(compiled)}, p.device)
+        if name == "compiled":
+            m.step = compiled
+        chosen[path] = name
+    return chosen
