@@ -275,12 +275,18 @@ def meta(budget: str, own: list[dict], reference: dict) -> dict:
     the commits its own runs ran on (``own``: their records), and where the zoo rows read
     from committed records come from (``reference``: run id -> record)."""
     info = provenance()
+    # what the mixer's own runs name (a card written again elsewhere still says where they
+    # ran); this machine and checkout where none has run yet
     commits = sorted({(rec.get("provenance", {}).get("git_commit") or "unknown")[:12] for rec in own})
-    here = (info.get("git_commit") or "unknown")[:12] + (" with local changes" if info.get("git_dirty") else "")
+    devices = sorted({("GPU " if rec["provenance"].get("device") == "cuda" else "CPU ") + rec["provenance"]["device_name"]
+                      for rec in own if rec.get("provenance", {}).get("device_name")})
+    here_commit = (info.get("git_commit") or "unknown")[:12] + (" with local changes" if info.get("git_dirty") else "")
+    here_device = f"CPU {cpu_name()}" + (f", GPU {torch.cuda.get_device_name()}" if torch.cuda.is_available()
+                                         and BUDGETS[budget].device == "cuda" else "")
     ref = reference.values()
     return {"budget": budget, "note": BUDGETS[budget].note, "seeds": list(BUDGETS[budget].seeds),
-            "hardware": f"CPU {cpu_name()}" + (f", GPU {torch.cuda.get_device_name()}" if torch.cuda.is_available()
-                                               and BUDGETS[budget].device == "cuda" else ""), "commit": ", ".join(commits) if commits else here,
+            "hardware": "; ".join(devices) if devices else here_device,
+            "commit": ", ".join(commits) if commits else here_commit,
             "reference": {"runs": len(reference), "sweeps": sorted({r.get("sweep") for r in ref}),
                           "hardware": sorted({r.get("provenance", {}).get("device_name") or "?" for r in ref})}}
 

@@ -143,3 +143,12 @@ def test_vet_of_a_mixer_that_does_not_import_says_so_in_one_line(tmp_path, capsy
     err = capsys.readouterr().err
     assert "cannot import it" in err and "PYTHONPATH" in err and err.count("\n") == 1, err
     assert not any(tmp_path.iterdir())  # nothing ran, nothing written
+
+
+def test_the_card_names_the_machine_and_commit_its_own_runs_ran_on():
+    """A card written again on another machine still says where its runs ran."""
+    from sweeps.vet import meta
+    own = [{"provenance": {"device": "cpu", "device_name": "Elsewhere", "git_commit": "abc123" * 3}}]
+    m = meta("cpu", own, {})
+    assert m["hardware"] == "CPU Elsewhere" and m["commit"] == ("abc123" * 3)[:12]
+    assert meta("cpu", [], {})["hardware"].startswith("CPU ")  # nothing run yet: this machine

@@ -52,7 +52,7 @@ def fast_steps(module: nn.Module, batch: int, impl: str = "auto", context: int =
         if impl == "compiled":
             m.step, chosen[path] = compiled, "compiled"
             continue
-        p = next(m.parameters())
+        p = next(m.parameters(), torch.empty(0))  # a mixer without weights: CPU, float32
         with torch.inference_mode():
             _, state = m.prefill(torch.randn(batch, context, m.d_model, device=p.device, dtype=p.dtype),
                                  m.init_state(batch))
