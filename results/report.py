@@ -162,7 +162,8 @@ POINT_TABLES = {
     "decode": (("context", "context"), ("label", "d_model", "batch"),
                (("ms_per_token", "median time per generated token (ms)"),
                 ("decode_mem_mb", "memory held while decoding (MB)"),
-                ("bandwidth_fraction", "fraction of the read bandwidth a step reaches"))),
+                ("bandwidth_fraction", "fraction of the read bandwidth a step reaches"),
+                ("compute_fraction", "fraction of the matmul rate a step reaches"))),
 }
 
 

@@ -145,6 +145,10 @@ def test_the_bytes_a_step_writes_count_in_the_bandwidth(records):
             moved = p["weight_bytes"] + p["state_bytes"] + p["state_write_bytes"]
             assert p["bandwidth_fraction"] == pytest.approx(
                 moved / (p["ms_per_token"] / 1e3) / 1e9 / rec["bandwidth_gb_s"])
+            # and the arithmetic: every float32 weight times every sequence's input, 2 FLOPs each
+            flops = 2 * p["batch"] * p["weight_bytes"] / 4
+            assert rec["matmul_gflop_s"] > 0 and p["compute_fraction"] == pytest.approx(
+                flops / (p["ms_per_token"] / 1e3) / 1e9 / rec["matmul_gflop_s"])
 
 
 def test_attention_writes_one_row_per_layer_even_when_its_cache_grows():
@@ -186,3 +190,22 @@ def test_page_faults_are_recorded_and_glibc_keeps_a_steps_large_temporaries(reco
             "print(measure(step, 10, 5)['minor_faults'] / 5, tune_malloc(), measure(step, 10, 5)['minor_faults'] / 5)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert float(out[0]) > 16000 and out[1] == "True" and float(out[2]) < 100
+
+
+def test_the_targets_table_reads_each_fixed_state_mixer_against_attention_and_its_limits():
+    import pandas as pd
+
+    from results.paper.findings import decode_targets
+    rows = []
+    for label, ms, state in (("attention", 0.2, None), ("gla", 0.1, 8), ("retnet", 0.3, 8)):
+        for c in (1024, 4096):
+            rows.append({"label": label, "d_model": 256, "batch": 1, "context": c, "ms_per_token": ms,
+                         "state_bytes": state or c, "bandwidth_fraction": 1.0, "compute_fraction": 0.1})
+            rows.append({"label": label, "d_model": 1024, "batch": 16, "context": c, "ms_per_token": 1.0,
+                         "state_bytes": state or c, "bandwidth_fraction": 0.6 if label == "gla" else 0.3,
+                         "compute_fraction": 0.9})
+    text = decode_targets(pd.DataFrame(rows))
+    assert "| gla | 0.100 ms, 0.50x | yes | 0.60 | 0.90 | yes |" in text
+    assert "| retnet | 0.300 ms, 1.50x | no | 0.30 | 0.90 | no |" in text
+    assert "attention |" not in text  # the control is the yardstick, not a row
+    assert text.endswith("1 of 2 at most attention's; 1 of 2 at 0.5 of the bandwidth limit or more.")

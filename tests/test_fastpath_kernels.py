@@ -21,7 +21,7 @@ import kernel_standins
 import zoo
 from zoo.mixers.mamba import MAMBA_INNER
 from zoo.mixers.mamba2 import MAMBA2_FUSED
-from zoo.ops.delta_rule import CHUNK_GATED_DELTA_RULE, gated_delta_rule, gated_delta_rule_chunked
+from zoo.ops.delta_rule import CHUNK_GATED_DELTA_RULE, delta_recurrent_backend, gated_delta_rule, gated_delta_rule_chunked
 from zoo.ops.fastpath import torch_only
 from zoo.ops.gla import CHUNK_GLA, FUSED_RECURRENT_GLA, gla, gla_chunked
 from zoo.ops.rwkv6 import CHUNK_RWKV6, FUSED_RECURRENT_RWKV6
@@ -248,12 +248,12 @@ def test_decode_steps_through_the_state_update_kernels(route, name, options):
 @pytest.mark.parametrize("name, kernel, backend", [("gla", FUSED_RECURRENT_GLA, "fla_recurrent"),
                                                    ("rwkv6", FUSED_RECURRENT_RWKV6, "fla_recurrent"),
                                                    ("retnet", FUSED_RECURRENT_RWKV6, "fla_recurrent"),
-                                                   ("gated_deltanet", CAUSAL_CONV1D_UPDATE, "torch_step")])
+                                                   ("gated_deltanet", CAUSAL_CONV1D_UPDATE, None)])
 def test_linear_attention_decode_steps_through_their_step_kernels(route, name, kernel, backend):
     """The step on CUDA: GLA's, RWKV-6's and RetNet's through fla's fused_recurrent kernels
     (Triton, interpreted), Gated DeltaNet's conv through causal-conv1d's update (its Python
-    reference), against the torch step on the same weights after a prefill; deleting a
-    branch fails the count."""
+    reference; its delta rule on the CPU's fused step where it builds), against the torch
+    step on the same weights after a prefill; deleting a branch fails the count."""
     from causal_conv1d.causal_conv1d_interface import causal_conv1d_update_ref
     from test_decode import decode
     calls = route(kernel, causal_conv1d_update_ref if kernel is CAUSAL_CONV1D_UPDATE else None)
@@ -267,7 +267,7 @@ def test_linear_attention_decode_steps_through_their_step_kernels(route, name, k
             want, want_state = decode(m, x, prompt=5)
             assert m.backend == "torch_step"
         got, state = decode(m, x, prompt=5)  # the prefill's chunk kernel is not routed: it runs torch
-        assert m.backend == backend
+        assert m.backend == (backend or delta_recurrent_backend(x))
     assert len(calls) == 7
     torch.testing.assert_close(got, want, rtol=2e-4, atol=2e-5 * want.abs().max().item())
     for key in want_state:

@@ -1,6 +1,7 @@
-"""The compiled decode step (zoo.stepping) computes what the mixer's own step computes:
+"""The compiled decode steps (zoo.stepping) compute what the mixer's own step computes:
 prefill a prompt, then step with each, in float64, for every fixed-state mixer; a KV
-cache (whose shape grows) is never compiled; "auto" keeps one of the two."""
+cache (whose shape grows) is never compiled; "auto" keeps one of the three forms; the
+compiled form calls the fused CPU kernels and "compiled_torch" does not."""
 from __future__ import annotations
 
 import pytest
@@ -19,14 +20,15 @@ def test_the_fixed_state_mixers_are_the_recurrent_ones_and_the_window():
     assert "attention" not in FIXED and {"mamba", "mamba2", "gla", "grassmann", "sliding_window"} <= set(FIXED)
 
 
+@pytest.mark.parametrize("impl", ["compiled", "compiled_torch"])
 @pytest.mark.parametrize("name", FIXED)
-def test_the_compiled_step_equals_the_eager_one_in_float64(name):
+def test_the_compiled_step_equals_the_eager_one_in_float64(name, impl):
     torch.manual_seed(0)
     m = mixer_class(name)(D).to(torch.float64).eval()
     x = torch.randn(2, 30, D, dtype=torch.float64)
     with torch.no_grad():
         want, want_state = decode(m, x, 11)
-    assert fast_steps(m, batch=2, impl="compiled") == {"": "compiled"}
+    assert fast_steps(m, batch=2, impl=impl) == {"": impl}
     assert "step" in m.__dict__  # the instance's step is the compiled one
     with torch.no_grad():
         got, state = decode(m, x, 11)
@@ -44,10 +46,30 @@ def test_auto_picks_by_measurement_in_an_lm_and_leaves_attention_eager():
     chosen = fast_steps(lm, batch=1, impl="auto")
     paths = [p for p, m in lm.named_modules() if isinstance(m, zoo.Mixer)]
     kinds = {p: type(m).__name__ for p, m in lm.named_modules() if isinstance(m, zoo.Mixer)}
-    assert set(chosen) == {p for p in paths if kinds[p] == "GLA"} and set(chosen.values()) <= {"eager", "compiled"}
+    assert set(chosen) == {p for p in paths if kinds[p] == "GLA"} and set(chosen.values()) <= {"eager", "compiled", "compiled_torch"}
     tokens = torch.randint(61, (1, 20))
     out = zoo.generate(lm, tokens[:, :4], new_tokens=10)
     with torch.no_grad():
         assert torch.equal(out[:, 4:], lm(out[:, :-1]).argmax(-1)[:, 3:])
     with pytest.raises(ValueError, match="step_impl='fast' is not valid"):
         fast_steps(lm, batch=1, impl="fast")
+
+
+@pytest.mark.parametrize("name", ["gla", "retnet", "rwkv6", "gated_deltanet"])
+def test_compiled_keeps_the_fused_kernel_in_its_graph_and_compiled_torch_leaves_it_out(name, monkeypatch):
+    from zoo.ops import recurrent_step
+    calls = []
+    real = recurrent_step.cpu_kernels.library
+    monkeypatch.setattr(recurrent_step.cpu_kernels, "library",
+                        lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    torch.manual_seed(0)
+    m = mixer_class(name)(D).eval()
+    x = torch.randn(2, 9, D)
+    counts = {}
+    for impl in ("eager", "compiled", "compiled_torch"):
+        fast_steps(m, batch=2, impl=impl)
+        with torch.no_grad():
+            decode(m, x, 4)  # 5 steps
+        counts[impl] = calls.count(recurrent_step.STEP_CPP)
+        calls.clear()
+    assert counts["eager"] >= 5 and counts["compiled"] >= 5 and counts["compiled_torch"] == 0, counts

@@ -9,11 +9,17 @@ mixer's step into a few generated loops (C++ on a CPU), one family at a time and
 kernel of ours to keep in step with the mixer: whatever ``step`` computes, the compiled
 form computes (``tests/test_stepping.py`` holds them equal in float64).
 
+The matrix-state recurrences also have fused CPU kernels (``zoo.ops.recurrent_step``),
+torch ops that a compiled step keeps in its graph. A kernel call costs tens of
+microseconds of Python, which a small state does not repay and a large one does, so a
+step has three forms: "eager" (kernels where they run), "compiled" (the same, compiled
+around the kernels) and "compiled_torch" (compiled with every CPU kernel off, inductor's
+loops in their place). "auto" times the three on a state after a short context and keeps
+the fastest, as the training paths choose theirs (zoo.ops.fastpath.fastest).
+
 Only mixers whose state does not grow (``state_size`` the same at 4k and 8k tokens) are
 compiled: a KV cache changes shape every block of tokens, and each shape would be a new
-compilation. "auto" times both forms on a state after a short context and keeps the
-faster, as the training paths choose theirs (zoo.ops.fastpath.fastest); a mixer whose
-compilation fails keeps its eager step.
+compilation. A mixer whose compilation fails keeps its eager step.
 """
 from __future__ import annotations
 
@@ -21,9 +27,9 @@ import torch
 import torch.nn as nn
 
 from .mixers.base import Mixer
-from .ops.fastpath import fastest
+from .ops.fastpath import fastest, torch_only
 
-STEP_IMPLS = ("eager", "compiled", "auto")
+STEP_IMPLS = ("eager", "compiled", "compiled_torch", "auto")
 
 
 def fixed_state(mixer: Mixer) -> bool:
@@ -32,10 +38,10 @@ def fixed_state(mixer: Mixer) -> bool:
 
 
 def fast_steps(module: nn.Module, batch: int, impl: str = "auto", context: int = 16) -> dict[str, str]:
-    """Give every fixed-state mixer in ``module`` (a mixer or an LM) the step ``impl`` says:
-    "eager" (its own), "compiled", or "auto" (the faster of the two over a state after
-    ``context`` tokens). The compiled step is set on the instance, so an LM's ``step``
-    takes it through its blocks. Returns {module path: "eager" | "compiled"}."""
+    """Give every fixed-state mixer in ``module`` (a mixer or an LM) the step ``impl`` says
+    (one of STEP_IMPLS; "auto": the fastest over a state after ``context`` tokens). The step
+    is set on the instance, so an LM's ``step`` takes it through its blocks. Returns
+    {module path: the form chosen}."""
     if impl not in STEP_IMPLS:
         raise ValueError(f"step_impl={impl!r} is not valid; choose one of {list(STEP_IMPLS)}")
     chosen = {}
@@ -43,27 +49,30 @@ def fast_steps(module: nn.Module, batch: int, impl: str = "auto", context: int =
         if not (isinstance(m, Mixer) and m.has_step_form() and fixed_state(m)):
             continue
         m.__dict__.pop("step", None)  # back to the class's step
-        if impl == "eager":
-            chosen[path] = "eager"
-            continue
         # dynamic=None: a value that changes from step to step (RetNet's position, a window
         # filling up) is made symbolic after its first change instead of compiled again each time
         compiled = torch.compile(m.step, dynamic=None)
-        if impl == "compiled":
-            m.step, chosen[path] = compiled, "compiled"
-            continue
-        p = next(m.parameters(), torch.empty(0))  # a mixer without weights: CPU, float32
-        with torch.inference_mode():
-            _, state = m.prefill(torch.randn(batch, context, m.d_model, device=p.device, dtype=p.dtype),
-                                 m.init_state(batch))
-            x = torch.randn(batch, m.d_model, device=p.device, dtype=p.dtype)
 
-            def steps(fn):  # 8 tokens on from the same state (a state is a value), as decoding goes
-                s = state
-                for _ in range(8):
-                    _, s = fn(x, s)
-            name, _ = fastest({"eager": lambda: steps(m.step), "compiled": lambda: steps(compiled)}, p.device)
-        if name == "compiled":
-            m.step = compiled
+        def compiled_torch(x, state, compiled=compiled):
+            with torch_only():  # traced and run with the kernels off: a graph of its own
+                return compiled(x, state)
+
+        forms = {"eager": m.step, "compiled": compiled, "compiled_torch": compiled_torch}
+        if impl != "auto":
+            name = impl
+        else:
+            p = next(m.parameters(), torch.empty(0))  # a mixer without weights: CPU, float32
+            with torch.inference_mode():
+                _, state = m.prefill(torch.randn(batch, context, m.d_model, device=p.device, dtype=p.dtype),
+                                     m.init_state(batch))
+                x = torch.randn(batch, m.d_model, device=p.device, dtype=p.dtype)
+
+                def steps(fn):  # 8 tokens on from the same state (a state is a value), as decoding goes
+                    s = state
+                    for _ in range(8):
+                        _, s = fn(x, s)
+                name, _ = fastest({k: (lambda fn=fn: steps(fn)) for k, fn in forms.items()}, p.device)
+        if name != "eager":
+            m.step = forms[name]
         chosen[path] = name
     return chosen

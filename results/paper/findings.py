@@ -21,6 +21,8 @@ its interval, falls among the published ones. ``mad_agreement``: per MAD task, w
 mixers both MAD and we ran come in the same order. ``mad_reach``: a local mixer's MAD
 scores beside chance and the ceilings its receptive field sets (``tasks.mad.sources``).
 ``decode_law``: whether the decode benchmark shows what a fixed state promises.
+``decode_targets``: the decode steps against attention's at a short context and against
+their physical limits at a large batch.
 """
 from __future__ import annotations
 
@@ -505,6 +507,46 @@ def mad_reach(frame: pd.DataFrame) -> str:
         if local:
             lines.append([label, *(cells.get(t, "–") for t in tasks)])
     return markdown_table(["mixer (score / chance / ceiling)", *tasks], lines, ["---"] + ["---:"] * len(tasks))
+
+
+def decode_targets(points: pd.DataFrame, short: int = 1024, small: tuple = (256, 1), large: tuple = (1024, 16),
+                   fraction: float = 0.5) -> str:
+    """Per fixed-state mixer, the two decode targets: at ``small`` (width, batch) and
+    ``short`` tokens of context a token costs at most attention's (the ratio of the
+    medians); at ``large`` the step reaches ``fraction`` of the read-bandwidth limit (the
+    mean over the contexts measured), with the fraction of the arithmetic limit beside
+    it, where the records have it. Fixed-state as in ``decode_law``."""
+    def at(d, b):
+        pts = points[(points["d_model"] == d) & (points["batch"] == b)]
+        return {label: grp.set_index("context") for label, grp in pts.groupby("label")}
+
+    lo, hi = at(*small), at(*large)
+    att = lo.get("attention")
+    if att is None or short not in att.index:
+        return f"(no attention point at d {small[0]}, batch {small[1]}, context {short:,})"
+    base = att.at[short, "ms_per_token"]
+    lines, met = [], [0, 0]
+    for label, one in sorted(lo.items()):
+        top = one.index.max()
+        if label == "attention" or short not in one.index or one.at[short, "state_bytes"] != one.at[top, "state_bytes"]:
+            continue
+        ratio = one.at[short, "ms_per_token"] / base
+        cells = [label, f"{one.at[short, 'ms_per_token']:.3f} ms, {ratio:.2f}x", "yes" if ratio <= 1 else "no"]
+        big = hi.get(label)
+        if big is None:
+            cells += ["–", "–", "–"]
+        else:
+            bw = big["bandwidth_fraction"].mean()
+            comp = big["compute_fraction"].mean() if "compute_fraction" in big and big["compute_fraction"].notna().any() else None
+            cells += [f"{bw:.2f}", "–" if comp is None else f"{comp:.2f}", "yes" if bw >= fraction else "no"]
+            met[1] += bw >= fraction
+        met[0] += ratio <= 1
+        lines.append(cells)
+    head = ["mixer", f"d {small[0]}, batch {small[1]}, {short:,} context: time, x attention's ({base:.3f} ms)",
+            "at most attention's", f"d {large[0]:,}, batch {large[1]}: of the bandwidth limit",
+            "of the arithmetic limit", f">= {fraction}"]
+    return (markdown_table(head, lines, ["---", "---:", "---", "---:", "---:", "---"]) +
+            f"\n\n{met[0]} of {len(lines)} at most attention's; {met[1]} of {len(lines)} at {fraction} of the bandwidth limit or more.")
 
 
 def decode_law(points: pd.DataFrame, short: int = 1024, flat: float = 1.5) -> str:

@@ -16,6 +16,11 @@ A decode step must at least read every weight and the whole state once, and writ
 part of the state it changes, so (weights + state bytes + state bytes written) / step
 time, over the read bandwidth of a large matrix-vector product measured in the same run,
 says how close to that limit the step runs (above 1: weights or state served from cache).
+A step must also multiply every weight with every sequence's input; from a batch of
+about 16 at float32 that arithmetic, at the rate of a (batch, d) x (d, 4d) product
+measured in the same run, takes longer than the reads: ``compute_fraction`` says how
+close the step runs to that limit, and the larger of the two fractions is the step's
+distance from the tighter one.
 The bytes written are counted the same way for every mixer, from values, not from a
 list of state layouts: one more, untimed step from a copy of the first sequence's state
 after the timed steps, and the bytes of the state elements whose value it changed, times
@@ -49,6 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 import zoo
 from zoo.config import check_bounds, check_choice
@@ -198,11 +204,25 @@ def measure_bandwidth(device: torch.device, mb: int = 512, repeats: int = 5) -> 
     return weights.numel() * 4 / (t["median_ms"] / 1e3) / 1e9
 
 
+def measure_matmul_rate(device: torch.device, batch: int, d_model: int, dtype: torch.dtype,
+                        repeats: int = 5) -> float:
+    """GFLOP/s of the step's kind of product at this process's thread count: ``batch``
+    rows of width ``d_model`` through a (4 d_model, d_model) weight in ``dtype``, the
+    median of ``repeats``. At a small batch a product reads its weight faster than it
+    multiplies it (on this project's CPUs from batch 16 at float32): then arithmetic, not
+    memory, bounds the step."""
+    x = torch.randn(batch, d_model, device=device, dtype=dtype)
+    w = torch.randn(4 * d_model, d_model, device=device, dtype=dtype)
+    t = measure(lambda: F.linear(x, w), warmup=2, repeats=repeats, device=device)
+    return 2 * batch * w.numel() / (t["median_ms"] / 1e3) / 1e9
+
+
 def run(cfg: DecodeConfig, workdir: Path | None = None, progress: bool = True) -> dict:
     """Every context of one mixer; the points are under ``"points"``."""
     t0 = time.perf_counter()
     device = cfg.resolve_device()
     bandwidth = measure_bandwidth(device, cfg.bandwidth_mb)
+    matmul_rate = measure_matmul_rate(device, cfg.batch, cfg.d_model, cfg.resolve_dtype())
     points, failed = [], None
     for c in cfg.context_list():
         if failed is not None:
@@ -218,6 +238,8 @@ def run(cfg: DecodeConfig, workdir: Path | None = None, progress: bool = True) -
         med = row.get("median_ms")
         # what a step must move at least: read every weight and the state, write what it changes
         moved = row.get("weight_bytes", 0) + row.get("state_bytes", 0) + row.get("state_write_bytes", 0)
+        # and multiply every weight with every sequence's input: 2 FLOPs a weight a sequence
+        flops = 2 * cfg.batch * row.get("weight_bytes", 0) / torch.empty(0, dtype=cfg.resolve_dtype()).element_size()
         points.append({
             "context": c, "batch": cfg.batch, "status": "ok" if ok else status,
             "prefill_ms": row.get("prefill_ms"), "ms_per_token": med, "p20_ms": row.get("p20_ms"),
@@ -228,6 +250,7 @@ def run(cfg: DecodeConfig, workdir: Path | None = None, progress: bool = True) -
             "state_write_bytes": row.get("state_write_bytes"),
             "weight_bytes": row.get("weight_bytes"), "decode_mem_mb": row.get("decode_mem_mb"),
             "bandwidth_fraction": moved / (med / 1e3) / 1e9 / bandwidth if ok else None,
+            "compute_fraction": flops / (med / 1e3) / 1e9 / matmul_rate if ok else None,
             "faults_per_token": row.get("faults_per_token"), "malloc_tuned": row.get("malloc_tuned"),
             "backend": row.get("backend"), "step_impl": row.get("step_impl"), "error": "" if ok else error,
         })
@@ -236,7 +259,8 @@ def run(cfg: DecodeConfig, workdir: Path | None = None, progress: bool = True) -
     return {
         "task": "decode", "status": "ok", "seed": cfg.seed, "label": cfg.name(), "mixer": cfg.mixer,
         "mixer_options": json.dumps(cfg.mixer_options, sort_keys=True), "scope": cfg.scope,
-        "d_model": cfg.d_model, "batch": cfg.batch, "bandwidth_gb_s": bandwidth, "isolated": cfg.isolate,
+        "d_model": cfg.d_model, "batch": cfg.batch, "bandwidth_gb_s": bandwidth, "matmul_gflop_s": matmul_rate,
+        "isolated": cfg.isolate,
         **{f"n_{s}": sum(p["status"] == s for p in points) for s in ("ok", "oom", "timeout", "skipped", "error")},
         **environment(device), "dtype": str(cfg.resolve_dtype()).replace("torch.", ""),
         "threads": torch.get_num_threads(), "wall_time": time.perf_counter() - t0, "resumed_from": None,
@@ -265,7 +289,7 @@ def step_impl_table(pairs: list[tuple[str, list[dict], list[dict]]]) -> str:
 
 TABLE = ["label", "context", "batch", "prefill_ms", "ms_per_token", "p20_ms", "p80_ms", "mean_ms_per_token",
          "max_ms", "tokens_per_s", "state_mb_per_seq", "state_write_bytes", "decode_mem_mb", "bandwidth_fraction",
-         "faults_per_token", "malloc_tuned", "backend", "step_impl", "status"]
+         "compute_fraction", "faults_per_token", "malloc_tuned", "backend", "step_impl", "status"]
 
 
 def main(argv=None) -> list[dict]:

@@ -26,7 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..ops.conv import causal_conv1d
-from ..ops.delta_rule import delta_rule_backend, gated_delta_rule, gated_delta_rule_ref
+from ..ops.delta_rule import delta_recurrent_backend, delta_rule_backend, gated_delta_rule, gated_delta_rule_recurrent
 from ..ops.ssm_step import conv_step
 from .base import Mixer, check_conv_width, check_positive, chunked_linear_attention_flops
 
@@ -125,8 +125,8 @@ class GatedDeltaNet(Mixer):
         beta = torch.sigmoid(b.to(cdt)).to(x.dtype)  # (B, L, H) in (0, 1)
 
         if recurrent:
-            self.backend = "torch_step"
-            o, S = gated_delta_rule_ref(q, k, v, g, beta, initial_state=S0, output_final_state=True)
+            self.backend = delta_recurrent_backend(q)
+            o, S = gated_delta_rule_recurrent(q, k, v, g, beta, initial_state=S0, output_final_state=True)
         else:
             self.backend = delta_rule_backend(q)
             o, S = gated_delta_rule(q, k, v, g, beta, initial_state=S0, output_final_state=S0 is not None,

@@ -40,8 +40,11 @@ from .base import Mixer, check_divisible, check_positive, chunked_linear_attenti
 def rope(x: torch.Tensor, start: int = 0) -> torch.Tensor:
     """Rotary positions start.. on (B, H, L, K), K even, rotate-half convention, base 10000."""
     L, K = x.shape[-2:]
-    inv_freq = 10000.0 ** -(torch.arange(0, K, 2, device=x.device, dtype=torch.float32) / K)
-    angle = torch.arange(start, start + L, device=x.device, dtype=torch.float32)[:, None] * inv_freq  # (L, K/2)
+    # float32 at least (a float64 model's angles in float64: a compiled float32 cos rounds
+    # differently from the eager one)
+    acc = torch.promote_types(x.dtype, torch.float32)
+    inv_freq = 10000.0 ** -(torch.arange(0, K, 2, device=x.device, dtype=acc) / K)
+    angle = torch.arange(start, start + L, device=x.device, dtype=acc)[:, None] * inv_freq  # (L, K/2)
     cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 
 from .chunks import chunk_plan, matmul_range, own_precision
 from .fastpath import Kernel
+from .recurrent_step import delta_step, step_kernel_runs
 
 # 0.1.0 took (B, H, L, K) by default (head_first=True); 0.1.1 made (B, L, H, K), the layout we
 # call it in, the default (we never pass head_first: 0.4 deprecates it, 0.6 refuses it). We ask
@@ -62,6 +63,21 @@ def gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_fi
                                         output_final_state, chunk_size)
     return CHUNK_GATED_DELTA_RULE(q, k, v, g, beta, scale=scale, initial_state=initial_state,
                                   output_final_state=output_final_state)
+
+
+def gated_delta_rule_recurrent(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False):
+    """The recurrence token by token, for a decode step's few tokens: on CPU the fused
+    step (``zoo.ops.recurrent_step``) where it runs, else ``gated_delta_rule_ref``. Same
+    arguments and returns as the reference."""
+    if step_kernel_runs(q, k, v, g, beta, initial_state):
+        o, S = delta_step(q, k, v, g, beta, initial_state, q.shape[-1] ** -0.5 if scale is None else scale)
+        return o, (S if output_final_state else None)
+    return gated_delta_rule_ref(q, k, v, g, beta, scale, initial_state, output_final_state)
+
+
+def delta_recurrent_backend(x: torch.Tensor) -> str:
+    """What ``gated_delta_rule_recurrent`` runs for inputs like ``x``."""
+    return "cpu_fused_step" if step_kernel_runs(x) else "torch_step"
 
 
 @own_precision

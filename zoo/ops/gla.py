@@ -38,6 +38,7 @@ import torch
 
 from .chunks import own_precision
 from .fastpath import Kernel
+from .recurrent_step import decay_step, step_kernel_runs
 from .rwkv6 import rwkv6_scan_chunked
 
 CHUNK_GLA = Kernel("fla.ops.gla", "chunk_gla", "flash-linear-attention", "0.2.0",
@@ -112,9 +113,13 @@ def gla(q, k, v, gk, scale=None, initial_state=None, output_final_state=False,
 
 def gla_recurrent(q, k, v, gk, scale=None, initial_state=None, output_final_state=False, chunk_size=None):
     """The recurrence token by token, for a decode step's few tokens: fla's
-    ``fused_recurrent_gla`` on CUDA when usable, else ``gla_ref``. Same arguments and
+    ``fused_recurrent_gla`` on CUDA when usable, on CPU the fused step
+    (``zoo.ops.recurrent_step``) where it runs, else ``gla_ref``. Same arguments and
     returns as ``gla`` (``chunk_size`` unused: there are no chunks)."""
     if not FUSED_RECURRENT_GLA.usable(q):
+        if step_kernel_runs(q, k, v, gk, initial_state):
+            o, S = decay_step(q, k, v, gk, None, initial_state, q.shape[-1] ** -0.5 if scale is None else scale, False)
+            return o, (S if output_final_state else None)
         return gla_ref(q, k, v, gk, scale, initial_state, output_final_state)
     h0 = None if initial_state is None else initial_state.float()  # the kernel keeps its state in fp32
     return FUSED_RECURRENT_GLA(q, k, v, gk, scale=scale, initial_state=h0, output_final_state=output_final_state)
@@ -122,4 +127,6 @@ def gla_recurrent(q, k, v, gk, scale=None, initial_state=None, output_final_stat
 
 def recurrent_backend(x: torch.Tensor) -> str:
     """What ``gla_recurrent`` runs for inputs like ``x``."""
-    return "fla_recurrent" if FUSED_RECURRENT_GLA.usable(x) else "torch_step"
+    if FUSED_RECURRENT_GLA.usable(x):
+        return "fla_recurrent"
+    return "cpu_fused_step" if step_kernel_runs(x) else "torch_step"
