@@ -54,10 +54,10 @@ inline void decay_row(const T* s_in, T* s_out, const T* __restrict v, T* __restr
     }
 }
 
-template <typename T>
-void decay_step(const T* q, const T* k, const T* v, const T* w, const T* u, const T* S0, T* S, T* o,
-                i64 batch, i64 H, i64 L, i64 K, i64 V, T scale, bool heads_first) {
-    const Layout at{H, L, heads_first};
+// Calls token(b, h, t, s_prev, s) for every head of every batch row, its tokens in order:
+// s is the head's (K, V) state in S, s_prev the one token t reads (S0's, or zeros, at t = 0).
+template <typename T, typename Token>
+void over_heads(const T* S0, T* S, i64 batch, i64 H, i64 L, i64 K, i64 V, Token token) {
     for (i64 b = 0; b < batch; ++b) {
         for (i64 h = 0; h < H; ++h) {
             T* s = S + (b * H + h) * K * V;
@@ -65,15 +65,7 @@ void decay_step(const T* q, const T* k, const T* v, const T* w, const T* u, cons
             if (!S0) std::memset(s, 0, sizeof(T) * K * V);
             else if (L == 0) std::memcpy(s, s_prev, sizeof(T) * K * V);
             for (i64 t = 0; t < L; ++t) {
-                const T* qt = q + at.row(b, h, t, K);
-                const T* kt = k + at.row(b, h, t, K);
-                const T* wt = w + at.row(b, h, t, K);
-                const T* vt = v + at.row(b, h, t, V);
-                T* ot = o + at.row(b, h, t, V);
-                std::memset(ot, 0, sizeof(T) * V);
-                for (i64 i = 0; i < K; ++i)
-                    decay_row(s_prev + i * V, s + i * V, vt, ot, std::exp(wt[i]), kt[i], scale * qt[i],
-                              u ? u[h * K + i] : T(0), u != nullptr, V);
+                token(b, h, t, s_prev, s);
                 s_prev = s;
             }
         }
@@ -81,38 +73,41 @@ void decay_step(const T* q, const T* k, const T* v, const T* w, const T* u, cons
 }
 
 template <typename T>
+void decay_step(const T* q, const T* k, const T* v, const T* w, const T* u, const T* S0, T* S, T* o,
+                i64 batch, i64 H, i64 L, i64 K, i64 V, T scale, bool heads_first) {
+    const Layout at{H, L, heads_first};
+    over_heads(S0, S, batch, H, L, K, V, [&](i64 b, i64 h, i64 t, const T* s_prev, T* s) {
+        const T *qt = q + at.row(b, h, t, K), *kt = k + at.row(b, h, t, K), *wt = w + at.row(b, h, t, K);
+        T* ot = o + at.row(b, h, t, V);
+        std::memset(ot, 0, sizeof(T) * V);
+        for (i64 i = 0; i < K; ++i)
+            decay_row(s_prev + i * V, s + i * V, v + at.row(b, h, t, V), ot, std::exp(wt[i]), kt[i],
+                      scale * qt[i], u ? u[h * K + i] : T(0), u != nullptr, V);
+    });
+}
+
+template <typename T>
 void delta_step(const T* q, const T* k, const T* v, const T* g, const T* beta, const T* S0, T* S, T* o,
                 i64 batch, i64 H, i64 L, i64 K, i64 V, T scale) {
     const Layout at{H, L, false};
-    std::vector<T> kS(V);
-    for (i64 b = 0; b < batch; ++b) {
-        for (i64 h = 0; h < H; ++h) {
-            T* s = S + (b * H + h) * K * V;
-            const T* s_prev = S0 ? S0 + (b * H + h) * K * V : s;
-            if (!S0) std::memset(s, 0, sizeof(T) * K * V);
-            else if (L == 0) std::memcpy(s, s_prev, sizeof(T) * K * V);
-            for (i64 t = 0; t < L; ++t) {
-                const T* qt = q + at.row(b, h, t, K);
-                const T* kt = k + at.row(b, h, t, K);
-                const T* vt = v + at.row(b, h, t, V);
-                T* ot = o + at.row(b, h, t, V);
-                const i64 gi = (b * L + t) * H + h;
-                const T a = std::exp(g[gi]), bt = beta[gi];
-                // first pass: k_t S after the decay (the head's state then sits in cache for the second)
-                std::fill(kS.begin(), kS.end(), T(0));
-                for (i64 i = 0; i < K; ++i) {
-                    const T* row = s_prev + i * V;
-                    const T ki = kt[i];
-                    for (i64 j = 0; j < V; ++j) kS[j] += ki * row[j];
-                }
-                for (i64 j = 0; j < V; ++j) kS[j] = bt * (vt[j] - a * kS[j]);  // now the delta
-                std::memset(ot, 0, sizeof(T) * V);
-                for (i64 i = 0; i < K; ++i)
-                    decay_row(s_prev + i * V, s + i * V, kS.data(), ot, a, kt[i], scale * qt[i], T(0), false, V);
-                s_prev = s;
-            }
+    std::vector<T> delta(V);
+    over_heads(S0, S, batch, H, L, K, V, [&](i64 b, i64 h, i64 t, const T* s_prev, T* s) {
+        const T *qt = q + at.row(b, h, t, K), *kt = k + at.row(b, h, t, K), *vt = v + at.row(b, h, t, V);
+        T* ot = o + at.row(b, h, t, V);
+        const i64 gi = (b * L + t) * H + h;
+        const T a = std::exp(g[gi]), bt = beta[gi];
+        // first pass: k_t S (the head's state then sits in cache for the second)
+        std::fill(delta.begin(), delta.end(), T(0));
+        for (i64 i = 0; i < K; ++i) {
+            const T* row = s_prev + i * V;
+            const T ki = kt[i];
+            for (i64 j = 0; j < V; ++j) delta[j] += ki * row[j];
         }
-    }
+        for (i64 j = 0; j < V; ++j) delta[j] = bt * (vt[j] - a * delta[j]);  // beta (v - k (a S))
+        std::memset(ot, 0, sizeof(T) * V);
+        for (i64 i = 0; i < K; ++i)
+            decay_row(s_prev + i * V, s + i * V, delta.data(), ot, a, kt[i], scale * qt[i], T(0), false, V);
+    });
 }
 
 }  // namespace
