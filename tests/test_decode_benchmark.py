@@ -185,7 +185,8 @@ def test_page_faults_are_recorded_and_glibc_keeps_a_steps_large_temporaries(reco
         return
     # a fresh process (this one may be tuned already): a 64 MiB temporary per call, above
     # glibc's largest mmap threshold, faults in all its 16,384 pages again unless tuned
-    code = ("import torch; from tasks.benchmarks.timing import measure, tune_malloc\n"
+    code = ("import torch; from tasks.benchmarks.timing import measure\n"
+            "from tasks.engine.allocator import tune_malloc\n"
             "step = lambda: torch.empty(2 ** 24).fill_(1.0)\n"
             "print(measure(step, 10, 5)['minor_faults'] / 5, tune_malloc(), measure(step, 10, 5)['minor_faults'] / 5)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()

@@ -88,6 +88,9 @@ def test_bf16_precision_trains_under_autocast_on_cpu(precision):
     assert res.final_loss < 0.75 * _mse(_toy(), _batch(0)).item()  # it learns
     fields = run_fields(res, cfg, seed=0)
     assert fields["precision"] == precision and fields["dtype"] == str(want).replace("torch.", "")
+    # the training loop kept the allocator's large blocks (glibc), and the record says so
+    import os
+    assert fields["malloc_tuned"] is (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
 
 
 # ---------------------------------------------------------------- outcomes

@@ -51,7 +51,8 @@ def _fake_step(model, batch, seed, warmup, repeats, meter, deadline, medians, ca
     ms = medians[model["mixer"]][model["d_model"]].pop(0)
     if ms is None:
         raise RuntimeError("boom")
-    yield {"median_ms": ms, "p20_ms": ms - 1, "p80_ms": ms + 1, "repeats": repeats, "backend": "fake"}
+    yield {"median_ms": ms, "p20_ms": ms - 1, "p80_ms": ms + 1, "repeats": repeats, "backend": "fake",
+           "faults_per_step": 0.0, "malloc_tuned": True}
 
 
 def test_ratios_are_medians_over_rounds_and_a_failure_is_not_retried(monkeypatch):
@@ -152,3 +153,17 @@ def test_measure_step_runs_the_step_under_autocast_for_bf16(monkeypatch):
         rows = list(ts.measure_step(model, 2, 0, 0, 1, None, None, precision=precision))
         assert rows[0]["median_ms"] > 0
     assert dtypes[0] == torch.float32 and dtypes[-1] == torch.bfloat16
+
+
+def test_rows_carry_page_faults_the_allocator_and_the_work_against_attention():
+    """A real step each: minor faults per step, whether the allocator kept large blocks
+    (it does on glibc), the FLOPs by zoo.flops' conventions, their ratio to attention's
+    and the rate they ran at."""
+    import os
+    rows = {r["label"]: r for r in run(TrainStepConfig(**TINY, mixers=(("gla", {}),)), progress=False)}
+    glibc = (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
+    for r in rows.values():
+        assert r["status"] == "ok" and r["faults_per_step"] >= 0 and r["malloc_tuned"] is glibc
+        assert r["gflop_per_step"] > 0 and r["gflop_s"] == pytest.approx(r["gflop_per_step"] / (r["median_ms"] / 1e3))
+    assert rows["attention"]["flop_ratio"] == 1.0
+    assert rows["gla"]["flop_ratio"] == pytest.approx(rows["gla"]["gflop_per_step"] / rows["attention"]["gflop_per_step"])

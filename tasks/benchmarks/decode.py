@@ -30,7 +30,7 @@ a shift's history change whole; a KV cache gains one key and one value row per l
 the values written count: reserved room is zeros). A write that leaves a value as it
 was goes uncounted, so this is what the step writes at least.
 
-Each point runs with glibc's mmap threshold raised (``timing.tune_malloc``;
+Each point runs with glibc's mmap threshold raised (``engine.allocator.tune_malloc``;
 ``malloc_tuned`` says whether it took): glibc's defaults give a step's temporaries above
 32 MiB fresh pages at every step (RetNet's, at d 1,024 and batch 16), page faults a
 long-running server's allocator would not take. ``faults_per_token`` shows what is left.
@@ -60,9 +60,10 @@ import zoo
 from zoo.config import check_bounds, check_choice
 
 from ..engine.cli import emit_points, format_table, parse_mixers
+from ..engine.allocator import tune_malloc
 from ..engine.runs import environment
 from .scaling import MixerBench, build, module_backend
-from .timing import measure, run_point, tune_malloc
+from .timing import measure, run_point
 
 CPU_CONTEXTS = (0, 1024, 2048, 4096, 8192, 16384)
 CUDA_CONTEXTS = (*CPU_CONTEXTS, 32768, 65536)

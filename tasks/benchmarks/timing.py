@@ -7,7 +7,7 @@ is bracketed by CUDA events and synchronised, so the time is the GPU's, not the
 launch's. Beside them it returns the mean and the slowest call, which show a rare slow
 call the median hides (a KV cache that regrows once in 64 steps), and the minor page
 faults of the process over the timed calls (memory the allocator asked the kernel for
-afresh; ``tune_malloc`` removes glibc's share of them).
+afresh; ``engine.allocator.tune_malloc`` removes glibc's share of them).
 
 ``run_point`` runs one measurement, optionally in an isolated child process, and turns
 failure into data: an out-of-memory error, a memory cap or a time limit becomes a row
@@ -18,7 +18,6 @@ resident set (VmHWM) of the isolated child, both counted from the start of the p
 """
 from __future__ import annotations
 
-import ctypes
 import multiprocessing as mp
 import os
 import resource
@@ -79,29 +78,6 @@ def measure(fn: Callable[[], object], warmup: int = 2, repeats: int = 10,
     p20, med, p80 = np.percentile(times, [20, 50, 80])
     return {"median_ms": med * 1e3, "p20_ms": p20 * 1e3, "p80_ms": p80 * 1e3, "mean_ms": np.mean(times) * 1e3,
             "max_ms": max(times) * 1e3, "repeats": len(times), "minor_faults": faults}
-
-
-# mallopt(3)'s parameters (malloc.h)
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-
-
-def tune_malloc() -> bool:
-    """Keep this process's freed memory for its next allocation, as a long-running server's
-    allocator does. glibc serves a block above its mmap threshold (128 KiB, rising as such
-    blocks are freed, to 32 MiB at most) with a fresh mmap and unmaps it when freed, so a
-    step whose temporaries are larger faults every page of them in again on every call: a
-    cost of the allocator's defaults, not of the step. Raises the threshold to its largest
-    value and never trims the heap's top. Lasts for the process. glibc on Linux only;
-    returns whether it took (False, doing nothing, elsewhere)."""
-    try:
-        glibc = os.confstr("CS_GNU_LIBC_VERSION") or ""
-    except (AttributeError, ValueError, OSError):  # not glibc (musl, macOS, Windows)
-        glibc = ""
-    if not glibc.startswith("glibc"):
-        return False
-    libc = ctypes.CDLL("libc.so.6")
-    # mallopt takes an int: 2**31 - 1 is the largest threshold; -1 is SIZE_MAX as glibc reads it
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, 2 ** 31 - 1)) and bool(libc.mallopt(M_TRIM_THRESHOLD, -1))
 
 
 def is_oom(exc: BaseException) -> bool:

@@ -32,9 +32,11 @@ import torch.nn.functional as F
 
 import zoo
 from zoo.config import StrictConfig, check_bounds
+from zoo.flops import flops
 from zoo.mixers import check_mixer
 
 from ..engine.cli import mixer_label, parse_mixers, write_csv
+from ..engine.allocator import tune_malloc
 from ..engine.runs import environment
 from .scaling import module_backend
 from .timing import measure, run_point
@@ -111,6 +113,7 @@ def measure_step(model: dict, batch: int, seed: int, warmup: int, repeats: int, 
     "bf16", as the training loop runs them. Yields one row, then with ``profile`` > 0 the
     table of the top ``profile`` ops (self CPU time) of one more step."""
     cfg = zoo.ModelConfig.from_dict(model)
+    tuned = tune_malloc()  # as the training loop does
     torch.manual_seed(seed)
     lm = zoo.build_model(cfg)
     opt = torch.optim.AdamW(lm.parameters())
@@ -125,7 +128,9 @@ def measure_step(model: dict, batch: int, seed: int, warmup: int, repeats: int, 
         opt.step()
         opt.zero_grad(set_to_none=True)  # as training does: no zero-fill of the grads
 
-    yield {**measure(step, warmup, repeats, "cpu", deadline), "backend": module_backend(lm)}
+    t = measure(step, warmup, repeats, "cpu", deadline)
+    yield {**t, "faults_per_step": t["minor_faults"] / t["repeats"], "malloc_tuned": tuned,
+           "backend": module_backend(lm)}
     if profile:  # where the time goes: after the timed steps, so the profiler skews none
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             step()
@@ -137,9 +142,12 @@ def _summary(runs: list[dict]) -> dict:
     """One (point, mixer) over its rounds: the median of each statistic, or the first failure."""
     failed = next((r for r in runs if r["status"] != "ok"), None)
     if failed:
-        return {"backend": "", "median_ms": None, "p20_ms": None, "p80_ms": None, **failed}
+        return {"backend": "", "median_ms": None, "p20_ms": None, "p80_ms": None, "faults_per_step": None,
+                "malloc_tuned": None, **failed}
     stats = {k: float(np.median([r[k] for r in runs])) for k in ("median_ms", "p20_ms", "p80_ms")}
-    return {"backend": runs[-1]["backend"], **stats, "status": "ok", "error": ""}
+    faults = [r["faults_per_step"] for r in runs if r.get("faults_per_step") is not None]
+    return {"backend": runs[-1]["backend"], **stats, "faults_per_step": float(np.median(faults)) if faults else None,
+            "malloc_tuned": runs[-1].get("malloc_tuned"), "status": "ok", "error": ""}
 
 
 def run(cfg: TrainStepConfig, progress: bool = True) -> list[dict]:
@@ -181,19 +189,28 @@ def run(cfg: TrainStepConfig, progress: bool = True) -> list[dict]:
     finally:
         torch.set_num_threads(parent_threads)
     env = {**environment(device), "threads": cfg.threads}
-    out = []
+    out, ref_work = [], None
     for point, prec, name_label in cells:
         L, d, B = point
         ref = _summary(runs[point, prec, mixer_label(*entries[0])])["median_ms"]
         name, options = next(e for e in entries if mixer_label(*e) == name_label)
         s = _summary(runs[point, prec, name_label])
         with torch.device("meta"):  # also known for a mixer that failed
-            params = zoo.count_params(zoo.build_model(cfg.model(name, options, L, d)))
+            lm = zoo.build_model(cfg.model(name, options, L, d))
+            params = zoo.count_params(lm)
+            work = (flops(lm, B, L) or {}).get("fwd_bwd")  # the useful work, zoo.flops' conventions
+        if name_label == mixer_label(*entries[0]):
+            ref_work = work
         out.append({
             "seq_len": L, "d_model": d, "batch": B, "tokens": B * L, "label": name_label,
             "mixer": name, "mixer_options": json.dumps(options, sort_keys=True), "backend": s["backend"],
             "params": params, "median_ms": s["median_ms"], "p20_ms": s["p20_ms"], "p80_ms": s["p80_ms"],
             "ratio": s["median_ms"] / ref if s["median_ms"] is not None and ref is not None else None,
+            # the ratio the work alone would give: the step's FLOPs over attention's
+            "gflop_per_step": work / 1e9 if work else None,
+            "flop_ratio": work / ref_work if work and ref_work else None,
+            "gflop_s": work / 1e9 / (s["median_ms"] / 1e3) if work and s["median_ms"] else None,
+            "faults_per_step": s["faults_per_step"], "malloc_tuned": s["malloc_tuned"],
             "status": s["status"], "error": s["error"], "seed": cfg.seed, "warmup": cfg.warmup,
             "repeats": cfg.repeats, "rounds": cfg.rounds, **env,
             "dtype": "bfloat16" if prec == "bf16" else "float32", "precision": prec,

@@ -17,6 +17,7 @@ import torch
 import zoo
 
 from . import parallel
+from .allocator import malloc_tuned
 from .train import save_atomic
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout: its git commit goes in every record
@@ -87,12 +88,12 @@ def score_best(model: torch.nn.Module, result, tcfg, score):
 def run_fields(result, tcfg, seed: int) -> dict:
     """The record fields of every run: how it ended, how long it took, where it ran, on how
     many processes and in what precision ("bf16": autocast; ``dtype`` says the same as a
-    torch dtype's name)."""
+    torch dtype's name), and whether the allocator kept large blocks (engine.allocator)."""
     device = tcfg.resolve_device()
     bf16 = tcfg.bf16(device)
     w = parallel.world()
     return {"seed": seed, "status": result.status, "steps": result.steps, "wall_time": result.wall_time,
-            "resumed_from": result.resumed_from, **environment(device),
+            "resumed_from": result.resumed_from, **environment(device), "malloc_tuned": malloc_tuned(),
             "dtype": "bfloat16" if bf16 else "float32", "precision": "bf16" if bf16 else "fp32",
             # how many processes trained it, and how (one: no strategy)
             "world_size": w.size, "strategy": tcfg.strategy if w.size > 1 else None,

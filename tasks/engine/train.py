@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 from zoo.config import StrictConfig, check_bounds, check_choice
 
 from . import parallel, tracking
+from .allocator import tune_malloc
 from .progress import PROGRESS_FILE, Heartbeat
 
 
@@ -263,6 +264,7 @@ def train(model: nn.Module, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
     ``loss_fn(model, batch)`` its loss, ``eval_fn(model)`` a dict holding ``metric``.
     Progress goes to ``progress.json`` beside the checkpoint and, when the bar is off or
     stderr is no terminal, to stdout as plain lines (tokens/s when ``tokens_per_step`` is known)."""
+    tune_malloc()  # a step's large temporaries keep their pages (engine.allocator)
     device = cfg.resolve_device()
     w = parallel.init_from_env(device.type)
     if device.type == "cuda" and w.size > 1:

@@ -141,10 +141,12 @@ def gated_delta_rule_chunked(q, k, v, g, beta, scale=None, initial_state=None,
     carry = b_last.exp()[..., None]  # (B, H, N, 1, 1)
     S = q.new_zeros(B, H, K, V) if initial_state is None else initial_state.to(acc)
     entering, U = [], []
-    for n in range(N):
+    # unbind, not U0[:, :, n]: one stack in the backward, where each slice's would zero-fill
+    # and add a whole (B, H, N, ...) gradient
+    for U0_n, W_n, carry_n, k_n in zip(U0.unbind(2), W.unbind(2), carry.unbind(2), k_out.unbind(2)):
         entering.append(S)
-        U.append(U0[:, :, n] - W[:, :, n] @ S)  # (B, H, C, V) the chunk's corrected values
-        S = carry[:, :, n] * S + k_out[:, :, n] @ U[-1]
+        U.append(U0_n - W_n @ S)  # (B, H, C, V) the chunk's corrected values
+        S = carry_n * S + k_n @ U[-1]
     U, entering = torch.stack(U, dim=2), torch.stack(entering, dim=2)  # (B, H, N, C|K, V)
     o = (q * G[..., None]) @ entering + qk.tril() @ U  # (B, H, N, C, V): the past, the chunk
 

@@ -71,8 +71,8 @@ def retention_chunked(q, k, v, log_gamma, scale=None, initial_state=None,
         local = (k[:, :, :-1] * to_end).transpose(-1, -2) @ v[:, :, :-1]  # (B, H, N-1, K, V)
         carry = (lg * C).exp()  # (H, 1, 1)
         entering = [S]
-        for n in range(N - 1):
-            S = carry * S + local[:, :, n]
+        for local_n in local.unbind(2):  # unbind: one stack in the backward
+            S = carry * S + local_n
             entering.append(S)
         o = o + (q * (lg * (pos + 1)).exp()[..., None]) @ torch.stack(entering, dim=2)
         if output_final_state:

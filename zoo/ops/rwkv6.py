@@ -148,9 +148,9 @@ def rwkv6_scan_chunked(q, k, v, w, u, scale=None, initial_state=None, output_fin
     carry = b_last.squeeze(-2).exp()[..., None]  # (B, H, N, K, 1)
     S = q.new_zeros(B, H, K, V) if initial_state is None else initial_state.to(acc)
     entering = []
-    for n in range(N):
+    for carry_n, local_n in zip(carry.unbind(2), local.unbind(2)):  # unbind: one stack in the backward
         entering.append(S)
-        S = carry[:, :, n] * S + local[:, :, n]
+        S = carry_n * S + local_n
     o = o + (q * b_prev.exp()) @ torch.stack(entering, dim=2)  # (B, H, N, C, V)
 
     o = o.view(B, H, N * C, V)[:, :, :L].to(out_dtype)

@@ -127,9 +127,9 @@ def _across_chunks(states, cs, S, r: int, p: int):
     state entering each chunk, (b, c, g, n, r*p), and the final one."""
     carry = cs[..., -1].exp()[:, :, :, None, :, None]  # (b, c, g, 1, r, 1)
     entering = []
-    for k in range(states.shape[1]):
+    for carry_k, states_k in zip(carry.unbind(1), states.unbind(1)):  # unbind: one stack in the backward
         entering.append(S)
-        S = (S.unflatten(-1, (r, p)) * carry[:, k]).flatten(-2) + states[:, k]
+        S = (S.unflatten(-1, (r, p)) * carry_k).flatten(-2) + states_k
     return torch.stack(entering, dim=1), S
 
 
