@@ -77,7 +77,7 @@ class DecodeConfig(MixerBench):
     warmup: int = 8  # untimed decode steps first (they extend the context too)
     time_limit_s: float = 300.0  # per point, start-up excluded
     bandwidth_mb: int = 512  # the matrix that measures the read bandwidth
-    step_impl: str = "auto"  # a fixed-state mixer's step: eager, compiled, or the faster (zoo.stepping)
+    step_impl: str = "auto"  # a fixed-state mixer's step form, or the fastest (zoo.stepping)
 
     def __post_init__(self):
         super().__post_init__()
@@ -240,7 +240,7 @@ def run(cfg: DecodeConfig, workdir: Path | None = None, progress: bool = True) -
         # what a step must move at least: read every weight and the state, write what it changes
         moved = row.get("weight_bytes", 0) + row.get("state_bytes", 0) + row.get("state_write_bytes", 0)
         # and multiply every weight with every sequence's input: 2 FLOPs a weight a sequence
-        flops = 2 * cfg.batch * row.get("weight_bytes", 0) / torch.empty(0, dtype=cfg.resolve_dtype()).element_size()
+        flops = 2 * cfg.batch * row.get("weight_bytes", 0) / cfg.resolve_dtype().itemsize
         points.append({
             "context": c, "batch": cfg.batch, "status": "ok" if ok else status,
             "prefill_ms": row.get("prefill_ms"), "ms_per_token": med, "p20_ms": row.get("p20_ms"),
@@ -308,8 +308,9 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--dtype", default="auto")
     p.add_argument("--time-limit", type=float, default=300.0, help="seconds per point")
     p.add_argument("--mem-cap-mb", type=float, default=None)
-    p.add_argument("--step-impl", default="auto", choices=["eager", "compiled", "auto"],
-                   help="a fixed-state mixer's step: eager, torch.compile'd, or the faster measured (default)")
+    p.add_argument("--step-impl", default="auto", choices=zoo.STEP_IMPLS,
+                   help="a fixed-state mixer's step form (zoo.stepping): eager, compiled, compiled_torch, "
+                        "or the fastest measured (default)")
     p.add_argument("--no-isolate", action="store_true", help="run points in this process (no CPU memory)")
     p.add_argument("--out", type=Path, default=None, help="CSV file, one row per point")
     argv = sys.argv[1:] if argv is None else list(argv)

@@ -38,7 +38,7 @@ import torch.nn.functional as F
 
 from .chunks import chunk_plan, matmul_range, own_precision
 from .fastpath import Kernel
-from .recurrent_step import delta_step, step_kernel_runs
+from .recurrent_step import delta_step, step_backend, step_kernel_runs
 
 # 0.1.0 took (B, H, L, K) by default (head_first=True); 0.1.1 made (B, L, H, K), the layout we
 # call it in, the default (we never pass head_first: 0.4 deprecates it, 0.6 refuses it). We ask
@@ -70,14 +70,14 @@ def gated_delta_rule_recurrent(q, k, v, g, beta, scale=None, initial_state=None,
     step (``zoo.ops.recurrent_step``) where it runs, else ``gated_delta_rule_ref``. Same
     arguments and returns as the reference."""
     if step_kernel_runs(q, k, v, g, beta, initial_state):
-        o, S = delta_step(q, k, v, g, beta, initial_state, q.shape[-1] ** -0.5 if scale is None else scale)
+        o, S = delta_step(q, k, v, g, beta, initial_state, scale)
         return o, (S if output_final_state else None)
     return gated_delta_rule_ref(q, k, v, g, beta, scale, initial_state, output_final_state)
 
 
 def delta_recurrent_backend(x: torch.Tensor) -> str:
     """What ``gated_delta_rule_recurrent`` runs for inputs like ``x``."""
-    return "cpu_fused_step" if step_kernel_runs(x) else "torch_step"
+    return step_backend(x)
 
 
 @own_precision

@@ -38,7 +38,7 @@ import torch
 
 from .chunks import own_precision
 from .fastpath import Kernel
-from .recurrent_step import decay_step, step_kernel_runs
+from .recurrent_step import decay_step, step_backend, step_kernel_runs
 from .rwkv6 import rwkv6_scan_chunked
 
 CHUNK_GLA = Kernel("fla.ops.gla", "chunk_gla", "flash-linear-attention", "0.2.0",
@@ -118,7 +118,7 @@ def gla_recurrent(q, k, v, gk, scale=None, initial_state=None, output_final_stat
     returns as ``gla`` (``chunk_size`` unused: there are no chunks)."""
     if not FUSED_RECURRENT_GLA.usable(q):
         if step_kernel_runs(q, k, v, gk, initial_state):
-            o, S = decay_step(q, k, v, gk, None, initial_state, q.shape[-1] ** -0.5 if scale is None else scale, False)
+            o, S = decay_step(q, k, v, gk, None, initial_state, scale, False)
             return o, (S if output_final_state else None)
         return gla_ref(q, k, v, gk, scale, initial_state, output_final_state)
     h0 = None if initial_state is None else initial_state.float()  # the kernel keeps its state in fp32
@@ -129,4 +129,4 @@ def recurrent_backend(x: torch.Tensor) -> str:
     """What ``gla_recurrent`` runs for inputs like ``x``."""
     if FUSED_RECURRENT_GLA.usable(x):
         return "fla_recurrent"
-    return "cpu_fused_step" if step_kernel_runs(x) else "torch_step"
+    return step_backend(x)

@@ -9,9 +9,10 @@ one pass (two reads for the delta rule, the second from cache), for float32 and 
 with the references' arguments, returns and accumulation dtype, and are checked against
 them in tests/test_recurrent_step.py.
 
-They serve inference only: with a gradient wanted, off the CPU, in another dtype, or with CPU kernels off (``cpu_kernels.disabled``),
-``step_kernel_runs`` says no and the callers run their torch form. They are torch ops
-(``torch.ops.linbench``), so a step compiled by ``zoo.stepping`` keeps them in its graph.
+They serve inference only: with a gradient wanted, off the CPU, in another dtype, or
+with CPU kernels off (``cpu_kernels.disabled``), ``step_kernel_runs`` says no and the
+callers run their torch form. They are torch ops (``torch.ops.linbench``), so a step
+compiled by ``zoo.stepping`` keeps them in its graph.
 """
 from __future__ import annotations
 
@@ -46,15 +47,21 @@ def step_kernel_runs(*tensors: torch.Tensor | None) -> bool:
     return not cpu_kernels.disabled() and _kernels_built()
 
 
+def step_backend(x: torch.Tensor) -> str:
+    """The ``backend`` a mixer reports for a CPU step on inputs like ``x``."""
+    return "cpu_fused_step" if step_kernel_runs(x) else "torch_step"
+
+
 # Registered as torch ops so that a compiled step (zoo.stepping) calls the kernel inside
 # its graph, the projections and norms around it fused, rather than breaking the graph.
 @torch.library.custom_op("linbench::decay_step", mutates_args=())
 def decay_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: torch.Tensor, u: torch.Tensor | None,
-               S0: torch.Tensor | None, scale: float, heads_first: bool) -> tuple[torch.Tensor, torch.Tensor]:
+               S0: torch.Tensor | None, scale: float | None, heads_first: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """GLA's recurrence (``u`` None: the state read after the token's update) or RWKV-6's
     (``u`` (H, K): read before, the token added with bonus u). q, k, w (log decay) are
     (B, H, L, K) when ``heads_first`` else (B, L, H, K); v the same with V; S0 (B, H, K, V)
-    or None (zeros). Returns (o shaped as v, the state after the last token)."""
+    or None (zeros); ``scale`` None: K^-0.5. Returns (o shaped as v, the state after the
+    last token)."""
     q, k, v, w = (t.contiguous() for t in (q, k, v, w))
     u = None if u is None else u.contiguous()
     S0 = None if S0 is None else S0.contiguous()
@@ -66,7 +73,7 @@ def decay_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: torch.Tenso
 
     def run(b0, b1):
         fn(at(q, b0), at(k, b0), at(v, b0), at(w, b0), None if u is None else u.data_ptr(),
-           None if S0 is None else at(S0, b0), at(S, b0), at(o, b0), b1 - b0, H, L, K, V, scale,
+           None if S0 is None else at(S0, b0), at(S, b0), at(o, b0), b1 - b0, H, L, K, V, K ** -0.5 if scale is None else scale,
            int(heads_first))
 
     cpu_kernels.over_batch(run, B)
@@ -81,10 +88,10 @@ def _(q, k, v, w, u, S0, scale, heads_first):
 
 @torch.library.custom_op("linbench::delta_step", mutates_args=())
 def delta_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
-               S0: torch.Tensor | None, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+               S0: torch.Tensor | None, scale: float | None) -> tuple[torch.Tensor, torch.Tensor]:
     """The gated delta rule token by token: q, k (B, L, H, K); v (B, L, H, V); g (log
-    decay), beta (B, L, H); S0 (B, H, K, V) or None (zeros). Returns (o (B, L, H, V), the
-    state after the last token), as ``gated_delta_rule_ref``."""
+    decay), beta (B, L, H); S0 (B, H, K, V) or None (zeros); ``scale`` None: K^-0.5.
+    Returns (o (B, L, H, V), the state after the last token), as ``gated_delta_rule_ref``."""
     q, k, v, g, beta = (t.contiguous() for t in (q, k, v, g, beta))
     S0 = None if S0 is None else S0.contiguous()
     B, H, L, K, V = _sizes(q, v, heads_first=False)
@@ -95,7 +102,7 @@ def delta_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tenso
 
     def run(b0, b1):
         fn(at(q, b0), at(k, b0), at(v, b0), at(g, b0), at(beta, b0), None if S0 is None else at(S0, b0),
-           at(S, b0), at(o, b0), b1 - b0, H, L, K, V, scale)
+           at(S, b0), at(o, b0), b1 - b0, H, L, K, V, K ** -0.5 if scale is None else scale)
 
     cpu_kernels.over_batch(run, B)
     return o, S

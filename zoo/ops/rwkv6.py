@@ -43,7 +43,7 @@ import torch.nn.functional as F
 
 from .chunks import chunk_plan, intra_chunk_scores, own_precision, split_chunks
 from .fastpath import Kernel
-from .recurrent_step import decay_step, step_kernel_runs
+from .recurrent_step import decay_step, step_backend, step_kernel_runs
 
 CHUNK_RWKV6 = Kernel("fla.ops.rwkv6", "chunk_rwkv6", "flash-linear-attention", "0.2.0",
                      "the (B, L, H, K) layout; 0.1.x read it as head-first")
@@ -80,7 +80,7 @@ def rwkv6_recurrent(q, k, v, w, u, scale=None, initial_state=None, output_final_
     and returns as ``rwkv6_scan`` (``chunk_size`` unused)."""
     if not FUSED_RECURRENT_RWKV6.usable(q):
         if step_kernel_runs(q, k, v, w, u, initial_state):
-            o, S = decay_step(q, k, v, w, u, initial_state, q.shape[-1] ** -0.5 if scale is None else scale, True)
+            o, S = decay_step(q, k, v, w, u, initial_state, scale, True)
             return o, (S if output_final_state else None)
         return rwkv6_scan_ref(q, k, v, w, u, scale, initial_state, output_final_state)
     q, k, v, w = (t.transpose(1, 2) for t in (q, k, v, w))  # (B, L, H, *)
@@ -94,7 +94,7 @@ def recurrent_backend(x: torch.Tensor) -> str:
     """What ``rwkv6_recurrent`` runs for inputs like ``x``."""
     if FUSED_RECURRENT_RWKV6.usable(x):
         return "fla_recurrent"
-    return "cpu_fused_step" if step_kernel_runs(x) else "torch_step"
+    return step_backend(x)
 
 
 @own_precision
