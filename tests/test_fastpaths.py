@@ -314,3 +314,21 @@ def test_fastest_picks_the_quickest_and_skips_failures():
     assert name == "quick" and times["broken"] == float("inf") and times["slow"] >= 0.02
     with pytest.raises(ZeroDivisionError):
         fastpath.fastest({"broken": lambda: 1 / 0}, torch.device("cpu"))
+
+
+def test_fastest_interleaves_its_rounds_and_keeps_each_best():
+    import time
+    calls, slow_spell = [], iter([0.03])  # the first timed call of "a" lands in a slow spell
+
+    def a():
+        calls.append("a")
+        if len(calls) > 2:  # past both warm-ups
+            time.sleep(next(slow_spell, 0.0))
+
+    def b():
+        calls.append("b")
+        time.sleep(0.005)
+
+    name, times = fastpath.fastest({"a": a, "b": b}, torch.device("cpu"), repeats=3)
+    assert calls == ["a", "b"] + ["a", "b"] * 3  # warm-ups, then rounds of one call each
+    assert name == "a" and times["a"] < 0.005 <= times["b"]

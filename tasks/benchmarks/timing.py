@@ -32,7 +32,7 @@ import torch
 # ``python -m tasks.benchmarks.scaling`` runs a module that the package ``tasks`` also imports; each
 # child process re-imports the main module by name and runpy warns about exactly that.
 # Harmless here; the filter is inherited by every child of the forkserver.
-warnings.filterwarnings("ignore", message=r"'tasks\.\w+' found in sys.modules", category=RuntimeWarning)
+warnings.filterwarnings("ignore", message=r"'tasks(\.\w+)+' found in sys.modules", category=RuntimeWarning)
 
 
 class PointTimeout(Exception):

@@ -177,12 +177,20 @@ def status() -> list[dict]:
 
 def fastest(candidates: dict[str, Callable[[], object]], device: torch.device,
             repeats: int = 3) -> tuple[str, dict[str, float]]:
-    """Time each candidate (one warm-up call, then the best of ``repeats``) and return
-    the fastest's name with every time in seconds. A candidate that raises in its
-    warm-up is left out (its time is inf); if all raise, the last error propagates."""
-    def sync():
+    """Time each candidate (one warm-up call each, then ``repeats`` rounds that call every
+    candidate once in turn) and return the fastest's name with each one's best time in
+    seconds. Interleaved rounds, so that a slow spell of the machine (another process, a
+    frequency change) lands on every candidate rather than on whichever ran then. A
+    candidate that raises in its warm-up is left out (its time is inf); if all raise, the
+    last error propagates."""
+    def timed(fn) -> float:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - t0
 
     times, error = {}, None
     for name, fn in candidates.items():
@@ -190,15 +198,11 @@ def fastest(candidates: dict[str, Callable[[], object]], device: torch.device,
             fn()
         except Exception as err:  # e.g. no compiler for torch.compile here
             times[name], error = float("inf"), err
-            continue
-        best = float("inf")
-        for _ in range(repeats):
-            sync()
-            t0 = time.perf_counter()
-            fn()
-            sync()
-            best = min(best, time.perf_counter() - t0)
-        times[name] = best
+    live = [name for name in candidates if name not in times]
+    times.update({name: float("inf") for name in live})
+    for _ in range(repeats):
+        for name in live:
+            times[name] = min(times[name], timed(candidates[name]))
     name = min(times, key=times.get)
     if times[name] == float("inf"):
         raise error
