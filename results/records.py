@@ -71,7 +71,7 @@ def load_records(sweep_dir: str | Path, run_ids=None) -> list[dict]:
 def _flatten(d: dict, prefix: str = "") -> dict:
     out = {}
     for key, value in d.items():
-        if isinstance(value, dict) and key != "backends":
+        if isinstance(value, dict) and key not in ("backends", "chunk_sizes"):
             out.update(_flatten(value, f"{prefix}{key}."))
         else:
             out[f"{prefix}{key}"] = value

@@ -123,7 +123,8 @@ def execute(run: RunConfig, sweep: str, results_dir: str | Path, run_fn=None, ex
             "provenance": {**provenance(), "executor": executor, "threads": torch.get_num_threads(),
                            "started": started, "finished": now(),
                            "seconds_this_attempt": round(time.perf_counter() - t0, 3),
-                           **{k: metrics[k] for k in ("device", "device_name", "dtype", "backends", "wall_time")
+                           **{k: metrics[k] for k in ("device", "device_name", "dtype", "backends", "chunk_sizes",
+                                                  "wall_time")
                               if k in metrics}},
         }
         write_record(path, record)

@@ -264,6 +264,12 @@ class LM(nn.Module):
         """The implementation each layer's mixer ran in its last forward, e.g. {"0": "sdpa"}."""
         return {str(i): b.mixer.backend for i, b in enumerate(self.blocks)}
 
+    def chunk_sizes(self) -> dict[str, int]:
+        """The chunk size each chunked layer's mixer ran with in its last forward ({} for
+        none): its option, or what "auto" measured (zoo.ops.chunk_tuning)."""
+        return {str(i): b.mixer.chunk_size_used for i, b in enumerate(self.blocks)
+                if b.mixer.chunk_size_used is not None}
+
     def state_size(self, seq_len: int) -> int:
         return sum(b.mixer.state_size(seq_len) for b in self.blocks)
 

@@ -120,6 +120,11 @@ def module_backend(module: nn.Module) -> str:
     return "+".join(names)
 
 
+def module_chunk_size(module: nn.Module) -> str:
+    """The chunk size(s) the module's chunked mixers ran with ("" for none)."""
+    return "+".join(str(s) for s in sorted({s for s in zoo.chunk_sizes(module) if s is not None}))
+
+
 def make_steps(cfg: ScalingConfig, seq_len: int) -> tuple[nn.Module, dict]:
     """The module of one point on its device and dtype, and ``{"fwd": f, "fwd_bwd": g}``:
     the calls that are timed (also by the pytest-benchmark tests). ``f`` returns the

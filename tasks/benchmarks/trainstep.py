@@ -38,7 +38,7 @@ from zoo.mixers import check_mixer
 from ..engine.cli import mixer_label, parse_mixers, write_csv
 from ..engine.allocator import tune_malloc
 from ..engine.runs import environment
-from .scaling import module_backend
+from .scaling import module_backend, module_chunk_size
 from .timing import measure, run_point
 
 # (seq_len, d_model, batch); the last two keep the 16,384 tokens per batch of L 256 x 64
@@ -130,7 +130,7 @@ def measure_step(model: dict, batch: int, seed: int, warmup: int, repeats: int, 
 
     t = measure(step, warmup, repeats, "cpu", deadline)
     yield {**t, "faults_per_step": t["minor_faults"] / t["repeats"], "malloc_tuned": tuned,
-           "backend": module_backend(lm)}
+           "backend": module_backend(lm), "chunk_size": module_chunk_size(lm)}
     if profile:  # where the time goes: after the timed steps, so the profiler skews none
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             step()
@@ -142,11 +142,11 @@ def _summary(runs: list[dict]) -> dict:
     """One (point, mixer) over its rounds: the median of each statistic, or the first failure."""
     failed = next((r for r in runs if r["status"] != "ok"), None)
     if failed:
-        return {"backend": "", "median_ms": None, "p20_ms": None, "p80_ms": None, "faults_per_step": None,
+        return {"backend": "", "chunk_size": "", "median_ms": None, "p20_ms": None, "p80_ms": None, "faults_per_step": None,
                 "malloc_tuned": None, **failed}
     stats = {k: float(np.median([r[k] for r in runs])) for k in ("median_ms", "p20_ms", "p80_ms")}
     faults = [r["faults_per_step"] for r in runs if r.get("faults_per_step") is not None]
-    return {"backend": runs[-1]["backend"], **stats, "faults_per_step": float(np.median(faults)) if faults else None,
+    return {"backend": runs[-1]["backend"], "chunk_size": runs[-1].get("chunk_size", ""), **stats, "faults_per_step": float(np.median(faults)) if faults else None,
             "malloc_tuned": runs[-1].get("malloc_tuned"), "status": "ok", "error": ""}
 
 
@@ -204,7 +204,7 @@ def run(cfg: TrainStepConfig, progress: bool = True) -> list[dict]:
         out.append({
             "seq_len": L, "d_model": d, "batch": B, "tokens": B * L, "label": name_label,
             "mixer": name, "mixer_options": json.dumps(options, sort_keys=True), "backend": s["backend"],
-            "params": params, "median_ms": s["median_ms"], "p20_ms": s["p20_ms"], "p80_ms": s["p80_ms"],
+            "chunk_size": s["chunk_size"], "params": params, "median_ms": s["median_ms"], "p20_ms": s["p20_ms"], "p80_ms": s["p80_ms"],
             "ratio": s["median_ms"] / ref if s["median_ms"] is not None and ref is not None else None,
             # the ratio the work alone would give: the step's FLOPs over attention's
             "gflop_per_step": work / 1e9 if work else None,

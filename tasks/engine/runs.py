@@ -108,6 +108,7 @@ def model_metadata(model: zoo.LM, seq_len: int) -> dict:
         "params_no_embeddings": zoo.count_params(model, include_embeddings=False),
         "state_size": model.state_size(seq_len),
         "backends": model.backends(),
+        "chunk_sizes": model.chunk_sizes(),
     }
 
 

@@ -25,6 +25,7 @@ import torch
 import torch.nn as nn
 from tqdm.auto import tqdm
 
+from zoo import chunk_sizes, pin_chunk_sizes
 from zoo.config import StrictConfig, check_bounds, check_choice
 
 from . import parallel, tracking
@@ -191,6 +192,7 @@ def _resume(ckpt: Path | None, model: nn.Module, opt: torch.optim.Optimizer, dev
     parallel.load_full_state(model, state["model"])
     parallel.load_optimizer_state(model, opt, state["optimizer"])
     torch.set_rng_state(state["rng"])
+    pin_chunk_sizes(model, state.get("chunk_sizes", []))  # "auto" measures no other size than before
     if state.get("cuda_rng") is not None and device.type == "cuda":
         torch.cuda.set_rng_state(state["cuda_rng"], device)  # dropout on the GPU draws from it
     res = state["result"]
@@ -202,7 +204,7 @@ def _snapshot(model: nn.Module, opt: torch.optim.Optimizer, res: TrainResult, de
     """What a checkpoint holds: enough to continue bit for bit (``_resume``); the whole
     state, whatever the sharding (a collective over the ranks)."""
     return {"model": parallel.full_state(model), "optimizer": parallel.optimizer_state(model, opt),
-            "rng": torch.get_rng_state(), "result": res,
+            "rng": torch.get_rng_state(), "result": res, "chunk_sizes": chunk_sizes(model),
             "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
 
 

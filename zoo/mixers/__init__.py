@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 
 from .attention import Attention, SlidingWindowAttention
-from .base import Mixer
+from .base import Mixer, chunk_sizes, pin_chunk_sizes
 from .gated_deltanet import GatedDeltaNet
 from .gla import GLA
 from .retnet import RetNet

@@ -27,6 +27,7 @@ import torch.nn as nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..config import check_choice  # noqa: F401  (re-exported for the mixers)
+from ..ops.chunk_tuning import measured_chunk_size
 
 # Layers whose FLOPs zoo.flops counts from their weights (2 per weight per token), so a
 # mixer's core_flops leaves them out.
@@ -85,6 +86,28 @@ class Mixer(nn.Module):
     # (two products per product of the forward); attention says 2.5 (FlashAttention's
     # convention: its backward recomputes the scores).
     bwd_ratio: float = 2.0
+
+    # The chunk size the last chunked call ran with: the ``chunk_size`` option, or for
+    # "auto" the size measured fastest on its shapes (``chunked``). Recorded with every
+    # result; a resumed run is given it back (zoo.model.pin_chunk_sizes).
+    chunk_size_used: int | None = None
+
+    def chunked(self, op, *args, length: int, **kwargs):
+        """``op(*args, chunk_size=size, **kwargs)`` over a sequence of ``length``, with
+        ``size`` this mixer's ``chunk_size``: an int as given, or for "auto" the fastest
+        measured on these inputs' shapes (zoo.ops.chunk_tuning)."""
+        size = self.chunk_size
+        if size == "auto":
+            size = measured_chunk_size(op, args, kwargs, length)
+        self.chunk_size_used = size
+        return op(*args, chunk_size=size, **kwargs)
+
+    def flops_chunk_size(self) -> int:
+        """The chunk size core_flops counts with: the one last run, else the option (for an
+        "auto" that has not run yet, the middle size it may choose)."""
+        if self.chunk_size_used is not None:
+            return self.chunk_size_used
+        return self.chunk_size if isinstance(self.chunk_size, int) else 64
 
     def core_flops(self, B: int, L: int) -> float | None:
         """Forward FLOPs on a (B, L) batch of everything the mixer runs outside its
@@ -189,6 +212,28 @@ def check_positive(name: str, value: int, what: str) -> None:
         raise ValueError(f"{name}: {what} must be a positive integer, got {value!r}")
 
 
+def chunk_sizes(model: nn.Module) -> list[int | None]:
+    """The chunk size each mixer in ``model`` last ran with, in module order (None where
+    it has no chunks or has not run)."""
+    return [m.chunk_size_used for m in model.modules() if isinstance(m, Mixer)]
+
+
+def pin_chunk_sizes(model: nn.Module, sizes: list[int | None]) -> None:
+    """Give each "auto" mixer in ``model`` the size it ran with before (``chunk_sizes`` of
+    the same model), so that a resumed run computes exactly what the interrupted one did
+    instead of measuring again."""
+    mixers = [m for m in model.modules() if isinstance(m, Mixer)]
+    for m, size in zip(mixers, sizes):
+        if size is not None and getattr(m, "chunk_size", None) == "auto":
+            m.chunk_size = size
+
+
+def check_chunk_size(name: str, value: int | str) -> None:
+    """A chunked mixer's ``chunk_size``: a positive int, or "auto" (measured, ``Mixer.chunked``)."""
+    if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+        raise ValueError(f"{name}: chunk_size must be a positive integer or 'auto', got {value!r}")
+
+
 def check_conv_width(name: str, d_conv: int) -> None:
     """A short causal conv's width: its step form carries the last d_conv - 1 inputs, so a
     width of 1 (nothing carried) would make ``x[:, -(d_conv - 1):]`` keep every input."""
@@ -214,8 +259,9 @@ def counted_core_flops(mixer: Mixer, B: int, L: int) -> float | None:
     meta = {name: torch.empty_like(t, device="meta")
             for name, t in [*mixer.named_parameters(), *mixer.named_buffers()]}
     dtype = next((p.dtype for p in mixer.parameters() if p.is_floating_point()), torch.float32)
-    # a forward records the backend it ran; counting must not change what the mixer reports
-    saved = [(m, m.__dict__.get("backend")) for m in mixer.modules() if isinstance(m, Mixer)]
+    # a forward records what it ran; counting must not change what the mixer reports
+    recorded = ("backend", "chunk_size_used")
+    saved = [(m, {k: m.__dict__.get(k) for k in recorded}) for m in mixer.modules() if isinstance(m, Mixer)]
     try:
         x = torch.empty(B, L, mixer.d_model, device="meta", dtype=dtype)
         with torch.no_grad(), FlopCounterMode(display=False) as counter:
@@ -225,11 +271,12 @@ def counted_core_flops(mixer: Mixer, B: int, L: int) -> float | None:
                       f"{type(exc).__name__}: {exc}); define core_flops", stacklevel=2)
         return None
     finally:
-        for m, backend in saved:
-            if backend is None:
-                m.__dict__.pop("backend", None)
-            else:
-                m.backend = backend
+        for m, values in saved:
+            for k, v in values.items():
+                if v is None:
+                    m.__dict__.pop(k, None)
+                else:
+                    setattr(m, k, v)
     # The counter keys modules by path from the first module it saw, this mixer: its
     # class name, then attribute names ("GLA.gk_proj.0"). A Linear has no children, so
     # its count is its own matmul alone.

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from ..ops.conv import causal_conv1d
 from ..ops.delta_rule import delta_recurrent_backend, delta_rule_backend, gated_delta_rule, gated_delta_rule_recurrent
 from ..ops.ssm_step import conv_step
-from .base import Mixer, check_conv_width, check_positive, chunked_linear_attention_flops
+from .base import Mixer, check_chunk_size, check_conv_width, check_positive, chunked_linear_attention_flops
 
 
 def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -43,10 +43,11 @@ class GatedDeltaNet(Mixer):
     fast_path = "fla chunk_gated_delta_rule (CUDA); else chunked torch WY"
 
     def __init__(self, d_model: int, n_heads: int = 4, head_dim: int | None = None,
-                 expand_v: int = 2, d_conv: int = 4, chunk_size: int = 32):
+                 expand_v: int = 2, d_conv: int = 4, chunk_size: int | str = 16):
         super().__init__()
-        for option, value in [("n_heads", n_heads), ("expand_v", expand_v), ("chunk_size", chunk_size)]:
+        for option, value in [("n_heads", n_heads), ("expand_v", expand_v)]:
             check_positive(self.name, value, option)
+        check_chunk_size(self.name, chunk_size)
         check_conv_width(self.name, d_conv)
         if head_dim is None:
             if (3 * d_model) % (4 * n_heads):
@@ -129,8 +130,8 @@ class GatedDeltaNet(Mixer):
             o, S = gated_delta_rule_recurrent(q, k, v, g, beta, initial_state=S0, output_final_state=True)
         else:
             self.backend = delta_rule_backend(q)
-            o, S = gated_delta_rule(q, k, v, g, beta, initial_state=S0, output_final_state=S0 is not None,
-                                    chunk_size=self.chunk_size)  # (B, L, H, V)
+            o, S = self.chunked(gated_delta_rule, q, k, v, g, beta, initial_state=S0,
+                                output_final_state=S0 is not None, length=q.shape[1])  # (B, L, H, V)
 
         # RMSNorm per head, then the SiLU output gate (fla's FusedRMSNormGated: norm first).
         o = o.to(cdt)
@@ -143,7 +144,7 @@ class GatedDeltaNet(Mixer):
         # state), plus what the delta rule adds per token: the keys' gram matrix in its chunk
         # (chunk K), the triangular solve applied to [values | keys] (chunk (V + K)), and the
         # state's prediction W S0 that corrects the values (2 K V).
-        K, V, C = self.head_dim, self.head_v_dim, self.chunk_size
+        K, V, C = self.head_dim, self.head_v_dim, self.flops_chunk_size()
         return (chunked_linear_attention_flops(B, L, self.n_heads, K, V, C)
                 + B * L * self.n_heads * (C * K + C * (V + K) + 2 * K * V))
 

@@ -22,7 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..ops.gla import gla, gla_backend, gla_recurrent, recurrent_backend
-from .base import Mixer, check_positive, chunked_linear_attention_flops
+from .base import Mixer, check_chunk_size, check_positive, chunked_linear_attention_flops
 
 
 def _width(name: str, d_model: int, expand, what: str, n_heads: int) -> int:
@@ -45,11 +45,11 @@ class GLA(Mixer):
 
     def __init__(self, d_model: int, n_heads: int = 4, expand_k: float = 0.5,
                  expand_v: float = 1.0, gate_low_rank_dim: int = 16,
-                 gate_logit_normalizer: int = 16, norm_eps: float = 1e-5, chunk_size: int = 32):
+                 gate_logit_normalizer: int = 16, norm_eps: float = 1e-5, chunk_size: int | str = 16):
         super().__init__()
-        for option, value in [("n_heads", n_heads), ("gate_low_rank_dim", gate_low_rank_dim),
-                              ("chunk_size", chunk_size)]:
+        for option, value in [("n_heads", n_heads), ("gate_low_rank_dim", gate_low_rank_dim)]:
             check_positive(self.name, value, option)
+        check_chunk_size(self.name, chunk_size)
         if not isinstance(gate_logit_normalizer, (int, float)) or gate_logit_normalizer <= 0:
             raise ValueError(f"{self.name}: gate_logit_normalizer must be positive, "
                              f"got {gate_logit_normalizer!r}")
@@ -105,9 +105,12 @@ class GLA(Mixer):
         # log decay in fp32: it is summed over time inside the scan
         gk = F.logsigmoid(self.gk_proj(x).float()) / self.gate_logit_normalizer
         self.backend = (recurrent_backend if recurrent else gla_backend)(q)  # decided as the op decides: on q
-        o, S = (gla_recurrent if recurrent else gla)(q, k, v, gk.view(B, L, H, Kh), initial_state=S0,
-                                                     output_final_state=S0 is not None,
-                                                     chunk_size=self.chunk_size)  # (B, L, H, Vh)
+        args = (q, k, v, gk.view(B, L, H, Kh))
+        if recurrent:
+            o, S = gla_recurrent(*args, initial_state=S0, output_final_state=True)
+        else:
+            o, S = self.chunked(gla, *args, initial_state=S0, output_final_state=S0 is not None,
+                                length=L)  # (B, L, H, Vh)
 
         # per-head RMSNorm, then the swish gate (fla's FusedRMSNormGated order), in fp32
         cdt = torch.promote_types(o.dtype, torch.float32)
@@ -121,7 +124,7 @@ class GLA(Mixer):
         # weights), plus the current token's score q.k and value term that zoo.ops.gla adds
         # beside the core (2K + 2V per token and head).
         K, V = self.head_k_dim, self.head_v_dim
-        return (chunked_linear_attention_flops(B, L, self.n_heads, K, V, self.chunk_size)
+        return (chunked_linear_attention_flops(B, L, self.n_heads, K, V, self.flops_chunk_size())
                 + 2 * B * L * self.n_heads * (K + V))
 
     def state_size(self, seq_len: int) -> int:

@@ -17,7 +17,7 @@ from ..ops.conv import CAUSAL_CONV1D_NEEDS, causal_conv1d
 from ..ops.fastpath import Kernel
 from ..ops.selective_scan import selective_scan, selective_scan_backend
 from ..ops.ssm_step import conv_step, ssm_step, step_backend
-from .base import Mixer, check_conv_width, check_positive
+from .base import Mixer, check_chunk_size, check_conv_width, check_positive
 
 # Fused conv + projections + scan; it calls causal-conv1d's C++ functions.
 MAMBA_INNER = Kernel("mamba_ssm.ops.selective_scan_interface", "mamba_inner_fn", "mamba-ssm",
@@ -34,10 +34,11 @@ class Mamba(Mixer):
                  "else chunked torch scan")
 
     def __init__(self, d_model: int, d_state: int = 16, d_conv: int = 4, expand: int = 2,
-                 dt_rank: int | str = "auto", chunk_size: int = 64):
+                 dt_rank: int | str = "auto", chunk_size: int | str = 64):
         super().__init__()
-        for option, value in (("d_state", d_state), ("expand", expand), ("chunk_size", chunk_size)):
+        for option, value in (("d_state", d_state), ("expand", expand)):
             check_positive(self.name, value, option)
+        check_chunk_size(self.name, chunk_size)
         check_conv_width(self.name, d_conv)
         if dt_rank == "auto":
             dt_rank = math.ceil(d_model / 16)
@@ -87,9 +88,9 @@ class Mamba(Mixer):
         dt, Bs, Cs = self.x_proj(u).split(
             [self.dt_rank, self.d_state, self.d_state], dim=-1)  # (B, L, R), (B, L, N) x2
         dt = F.linear(dt, self.dt_proj.weight)  # (B, L, di), bias in the scan
-        y = selective_scan(*(t.transpose(1, 2) for t in (u, dt)), A, Bs.transpose(1, 2),
-                           Cs.transpose(1, 2), D, z=z.transpose(1, 2), delta_bias=dt_bias,
-                           delta_softplus=True, chunk_size=self.chunk_size)  # (B, di, L)
+        y = self.chunked(selective_scan, *(t.transpose(1, 2) for t in (u, dt)), A, Bs.transpose(1, 2),
+                         Cs.transpose(1, 2), D, z=z.transpose(1, 2), delta_bias=dt_bias,
+                         delta_softplus=True, length=L)  # (B, di, L)
         return self.out_proj(y.transpose(1, 2))
 
     def init_state(self, batch: int, device=None, dtype=None) -> dict:
@@ -126,10 +127,10 @@ class Mamba(Mixer):
         dt, Bs, Cs = self.x_proj(u).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
         dt = F.linear(dt, self.dt_proj.weight)  # (B, L, di), bias in the scan
         self.backend = selective_scan_backend(x)
-        y, last = selective_scan(*(t.transpose(1, 2) for t in (u, dt)), A, Bs.transpose(1, 2),
-                                 Cs.transpose(1, 2), self.D.float(), z=z.transpose(1, 2),
-                                 delta_bias=self.dt_proj.bias.float(), delta_softplus=True,
-                                 return_last_state=True, chunk_size=self.chunk_size)  # (B, di, L)
+        y, last = self.chunked(selective_scan, *(t.transpose(1, 2) for t in (u, dt)), A, Bs.transpose(1, 2),
+                               Cs.transpose(1, 2), self.D.float(), z=z.transpose(1, 2),
+                               delta_bias=self.dt_proj.bias.float(), delta_softplus=True,
+                               return_last_state=True, length=L)  # (B, di, L)
         cdt = torch.promote_types(x.dtype, torch.float32)
         delta = F.softplus(dt.to(cdt) + self.dt_proj.bias.to(cdt))  # (B, L, di)
         carried = torch.cumsum(delta[..., None] * A.to(cdt), 1).exp() * state["h"].to(cdt)[:, None]  # (B, L, di, N)

@@ -25,10 +25,13 @@ from ..ops.conv import CAUSAL_CONV1D_NEEDS, causal_conv1d
 from ..ops.fastpath import Kernel
 from ..ops.ssd import ssd_backend, ssd_scan
 from ..ops.ssm_step import conv_step, ssm_step, step_backend
-from .base import Mixer, check_conv_width, check_positive, chunked_linear_attention_flops
+from .base import Mixer, check_chunk_size, check_conv_width, check_positive, chunked_linear_attention_flops
 
 MAMBA2_FUSED = Kernel("mamba_ssm.ops.triton.ssd_combined", "mamba_split_conv1d_scan_combined",
                       "mamba-ssm", "2.0.0", "the Mamba-2 SSD kernels", needs=CAUSAL_CONV1D_NEEDS)
+# The fused CUDA kernel's chunk for chunk_size="auto" (which measures only the torch path):
+# mamba_ssm's own Mamba2 default.
+CUDA_CHUNK = 256
 
 
 def gated_rmsnorm(y, z, weight, eps: float, ngroups: int):
@@ -50,11 +53,12 @@ class Mamba2(Mixer):
     fast_path = "mamba_ssm mamba_split_conv1d_scan_combined (CUDA); else chunked torch SSD"
 
     def __init__(self, d_model: int, d_state: int = 64, d_conv: int = 4, expand: int = 2,
-                 headdim: int = 32, ngroups: int = 1, chunk_size: int = 64):
+                 headdim: int = 32, ngroups: int = 1, chunk_size: int | str = 64):
         super().__init__()
         for option, value in [("d_state", d_state), ("expand", expand), ("headdim", headdim),
-                              ("ngroups", ngroups), ("chunk_size", chunk_size)]:
+                              ("ngroups", ngroups)]:
             check_positive(self.name, value, option)
+        check_chunk_size(self.name, chunk_size)
         check_conv_width(self.name, d_conv)
         d_inner = expand * d_model
         if d_inner % headdim:
@@ -96,9 +100,10 @@ class Mamba2(Mixer):
         A = -torch.exp(self.A_log.to(torch.promote_types(self.A_log.dtype, torch.float32)))
         if self._fused_ok(u):
             self.backend = "mamba_ssm_fused"
+            self.chunk_size_used = CUDA_CHUNK if self.chunk_size == "auto" else self.chunk_size
             return MAMBA2_FUSED(
                 zxbcdt, self.conv1d.weight.squeeze(1), self.conv1d.bias, self.dt_bias, A, self.D,
-                self.chunk_size, activation="silu", rmsnorm_weight=self.norm_weight,
+                self.chunk_size_used, activation="silu", rmsnorm_weight=self.norm_weight,
                 rmsnorm_eps=self.norm_eps, outproj_weight=self.out_proj.weight, headdim=self.headdim,
                 ngroups=self.ngroups, norm_before_gate=False)
 
@@ -147,11 +152,11 @@ class Mamba2(Mixer):
         x, B, C = torch.split(xBC, [self.d_inner, self.ngroups * self.d_state,
                                     self.ngroups * self.d_state], dim=-1)
         self.backend = ssd_backend(x)
-        out = ssd_scan(
-            x.unflatten(-1, (self.nheads, self.headdim)), dt, A,
+        out = self.chunked(
+            ssd_scan, x.unflatten(-1, (self.nheads, self.headdim)), dt, A,
             B.unflatten(-1, (self.ngroups, self.d_state)), C.unflatten(-1, (self.ngroups, self.d_state)),
-            chunk_size=self.chunk_size, D=self.D, dt_bias=self.dt_bias, dt_softplus=True,
-            initial_states=S0, return_final_states=S0 is not None,
+            D=self.D, dt_bias=self.dt_bias, dt_softplus=True,
+            initial_states=S0, return_final_states=S0 is not None, length=L,
         )  # (B, L, nheads, headdim), and the final state when asked
         y, S = out if S0 is not None else (out, None)
         y = gated_rmsnorm(y.flatten(-2), z, self.norm_weight, self.norm_eps, self.ngroups)
@@ -161,7 +166,7 @@ class Mamba2(Mixer):
         # SSD as chunked linear attention: d_state-wide scores shared by each group's heads,
         # headdim-wide values (FlopCounterMode would add the chunks' masked halves, ~1.3x)
         return chunked_linear_attention_flops(B, L, self.nheads, self.d_state, self.headdim,
-                                              self.chunk_size, self.ngroups)
+                                              self.flops_chunk_size(), self.ngroups)
 
     def state_size(self, seq_len: int) -> int:
         # The SSM state plus the last d_conv - 1 inputs of the conv; independent of L.

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 
 from ..ops.retention import retention, retention_as_rwkv6
 from ..ops.rwkv6 import recurrent_backend, rwkv6_backend, rwkv6_recurrent
-from .base import Mixer, check_divisible, check_positive, chunked_linear_attention_flops
+from .base import Mixer, check_chunk_size, check_divisible, check_positive, chunked_linear_attention_flops
 
 
 def rope(x: torch.Tensor, start: int = 0) -> torch.Tensor:
@@ -54,11 +54,11 @@ class RetNet(Mixer):
     name = "retnet"
     fast_path = "fla chunk_rwkv6 with fixed decay (CUDA); else chunked masked, decayed attention"
 
-    def __init__(self, d_model: int, n_heads: int = 4, expand_v: int = 2, chunk_size: int = 64):
+    def __init__(self, d_model: int, n_heads: int = 4, expand_v: int = 2, chunk_size: int | str = 32):
         super().__init__()
         check_divisible(self.name, d_model, n_heads)
         check_positive(self.name, expand_v, "expand_v")
-        check_positive(self.name, chunk_size, "chunk_size")
+        check_chunk_size(self.name, chunk_size)
         if (d_model // n_heads) % 2:
             raise ValueError(f"{self.name}: head dim d_model/n_heads={d_model // n_heads} "
                              "must be even for rotary positions")
@@ -108,16 +108,18 @@ class RetNet(Mixer):
         v = heads(self.v_proj(x))
         self.backend = (recurrent_backend if recurrent else rwkv6_backend)(x)
         # the default scale K^-0.5 is torchscale's key scaling
-        core = functools.partial(retention_as_rwkv6, scan=rwkv6_recurrent) if recurrent else retention
-        y, S = core(q, k, v, self.log_gamma(x.device), initial_state=S0, output_final_state=S0 is not None,
-                    chunk_size=self.chunk_size)
+        args = (q, k, v, self.log_gamma(x.device))
+        if recurrent:
+            y, S = retention_as_rwkv6(*args, initial_state=S0, output_final_state=True, scan=rwkv6_recurrent)
+        else:
+            y, S = self.chunked(retention, *args, initial_state=S0, output_final_state=S0 is not None, length=L)
         y = self.group_norm(y.transpose(1, 2).reshape(B * L, -1)).view(B, L, -1)
         return self.out_proj(F.silu(self.g_proj(x)) * y), S
 
     def core_flops(self, B: int, L: int) -> float:
         # retention on the chunked linear-attention core: keys D/H wide, values expand_v times that
         K = self.d_model // self.n_heads
-        return chunked_linear_attention_flops(B, L, self.n_heads, K, self.expand_v * K, self.chunk_size)
+        return chunked_linear_attention_flops(B, L, self.n_heads, K, self.expand_v * K, self.flops_chunk_size())
 
     def state_size(self, seq_len: int) -> int:
         # one (D/H) x (expand_v D/H) matrix per head

@@ -18,7 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..ops.rwkv6 import recurrent_backend, rwkv6_backend, rwkv6_recurrent, rwkv6_scan
-from .base import Mixer, check_positive, chunked_linear_attention_flops
+from .base import Mixer, check_chunk_size, check_positive, chunked_linear_attention_flops
 
 
 class RWKV6(Mixer):
@@ -26,11 +26,12 @@ class RWKV6(Mixer):
     fast_path = "fla chunk_rwkv6 (CUDA); else chunked torch scan (matmul scores)"
 
     def __init__(self, d_model: int, head_size: int = 32, mix_rank: int = 32,
-                 decay_rank: int = 64, chunk_size: int = 64):
+                 decay_rank: int = 64, chunk_size: int | str = 32):
         super().__init__()
         for option, value in [("head_size", head_size), ("mix_rank", mix_rank),
-                              ("decay_rank", decay_rank), ("chunk_size", chunk_size)]:
+                              ("decay_rank", decay_rank)]:
             check_positive(self.name, value, option)
+        check_chunk_size(self.name, chunk_size)
         if d_model % head_size:
             raise ValueError(f"{self.name}: d_model={d_model} is not divisible by "
                              f"head_size={head_size}")
@@ -116,9 +117,12 @@ class RWKV6(Mixer):
 
         self.backend = (recurrent_backend if recurrent else rwkv6_backend)(x)
         # RWKV does not scale the receptance (scale=1): GroupNorm takes care of the size.
-        y, S = (rwkv6_recurrent if recurrent else rwkv6_scan)(
-            heads(r), heads(k), heads(v), heads(w), self.time_faaaa, scale=1.0, initial_state=S0,
-            output_final_state=S0 is not None, chunk_size=self.chunk_size)  # (B, H, L, K)
+        args = (heads(r), heads(k), heads(v), heads(w), self.time_faaaa)
+        if recurrent:
+            y, S = rwkv6_recurrent(*args, scale=1.0, initial_state=S0, output_final_state=True)
+        else:
+            y, S = self.chunked(rwkv6_scan, *args, scale=1.0, initial_state=S0,
+                                output_final_state=S0 is not None, length=L)  # (B, H, L, K)
         y = self.ln_x(y.transpose(1, 2).reshape(B * L, D)).view(B, L, D)
         return self.output(y * g), S
 
@@ -129,7 +133,7 @@ class RWKV6(Mixer):
                                                       "time_decay_w1", "time_decay_w2"))
         K = self.head_size
         return 2 * B * L * lora + chunked_linear_attention_flops(B, L, self.n_heads, K, K,
-                                                                 self.chunk_size)
+                                                                 self.flops_chunk_size())
 
     def state_size(self, seq_len: int) -> int:
         # per-head K x V matrix state + the previous token for the shift
