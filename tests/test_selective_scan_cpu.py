@@ -141,6 +141,45 @@ def test_float_exp_within_one_ulp():
 
 
 @needs_kernel
+def test_float_softplus_close_to_exact():
+    lib = cpu_kernels.library(SCAN_CPP, SCAN_SIGNATURES)
+    x = torch.cat([torch.linspace(-100.0, 100.0, 200_001), torch.tensor([0.0, -1e4, 1e4])])
+    out = torch.empty_like(x)
+    lib.softplus_f32(x.data_ptr(), out.data_ptr(), x.numel())
+    xd = x.double()
+    exact = xd.clamp(min=0) + torch.log1p(torch.exp(-xd.abs()))
+    normal = x > -87  # below, the exact value is a float denormal at most; the kernel gives 0
+    assert ((out.double() - exact).abs() / exact)[normal].max() < 3e-7
+    assert (out[~normal] <= 1e-37).all() and (out[~normal] >= 0).all()
+    assert out[-3:].tolist() == [pytest.approx(0.6931472), 0.0, 1e4]
+
+
+@needs_kernel
+def test_views_of_the_batch_length_dim_layout_are_read_in_place():
+    """Mamba's inputs: u, delta and z transposed views of (batch, L, dim) tensors (z with
+    the time stride of a half of a wider projection), B and C views of (batch, L, n) slices
+    of one projection; the same results as contiguous copies, and no copy of them made."""
+    x = inputs(45, 16, 1)
+    batch, dim, L = x["u"].shape
+    wide = torch.randn(batch, L, 2 * dim, dtype=torch.float64)
+    proj = torch.randn(batch, L, 3 + 2 * 16, dtype=torch.float64)
+    views = {**x, "u": x["u"].transpose(1, 2).contiguous().transpose(1, 2),
+             "delta": x["delta"].transpose(1, 2).contiguous().transpose(1, 2),
+             "z": wide[..., dim:].transpose(1, 2), "B": proj[..., 3:19].transpose(1, 2),
+             "C": proj[..., 19:].transpose(1, 2)}
+    copies = {k: None if v is None else v.contiguous() for k, v in views.items()}
+    assert_same(outputs_and_grads(fused(16), views, delta_softplus=True),
+                outputs_and_grads(fused(16), copies, delta_softplus=True), rtol=1e-12, atol=1e-12)
+    assert_same(outputs_and_grads(fused(16), views, delta_softplus=True),
+                outputs_and_grads(reference, copies, delta_softplus=True), rtol=1e-10, atol=1e-10)
+    seen = []
+    with torch.profiler.profile() as prof:
+        selective_scan_fused_cpu(**views, delta_softplus=True)
+    seen = [e.key for e in prof.key_averages()]
+    assert "aten::clone" not in seen and "aten::contiguous" not in seen and "aten::copy_" not in seen
+
+
+@needs_kernel
 def test_thread_slices_give_the_same_result():
     x = inputs(50, 16, 2)
     threads = torch.get_num_threads()
