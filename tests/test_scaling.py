@@ -28,6 +28,23 @@ def test_measure_skips_warmup_and_reports_percentiles():
     assert 29 <= t["median_ms"] < 60  # the middle of 10..50 ms, plus scheduling noise
 
 
+def test_measure_counts_page_faults_in_all_and_for_the_median_call():
+    import mmap
+    kept = []
+
+    def fn():  # the second timed call alone touches 8 MiB of fresh pages
+        if len(kept) == 2:
+            m = mmap.mmap(-1, 8 << 20)
+            m.write(b"x" * (8 << 20))
+            kept.append(m)
+        else:
+            kept.append(None)
+
+    t = measure(fn, warmup=1, repeats=5)
+    assert t["minor_faults"] >= (8 << 20) // 4096 // 2  # huge pages or not: most of 2,048
+    assert t["median_faults"] < 64  # the other calls take (next to) none
+
+
 def test_measure_stops_at_the_deadline():
     with pytest.raises(PointTimeout):
         measure(lambda: time.sleep(0.01), warmup=1, repeats=100, deadline=time.monotonic())

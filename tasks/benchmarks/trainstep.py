@@ -129,7 +129,8 @@ def measure_step(model: dict, batch: int, seed: int, warmup: int, repeats: int, 
         opt.zero_grad(set_to_none=True)  # as training does: no zero-fill of the grads
 
     t = measure(step, warmup, repeats, "cpu", deadline)
-    yield {**t, "faults_per_step": t["minor_faults"] / t["repeats"], "malloc_tuned": tuned,
+    yield {**t, "faults_per_step": t["median_faults"], "mean_faults_per_step": t["minor_faults"] / t["repeats"],
+           "malloc_tuned": tuned,
            "backend": module_backend(lm), "chunk_size": module_chunk_size(lm)}
     if profile:  # where the time goes: after the timed steps, so the profiler skews none
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
@@ -142,11 +143,13 @@ def _summary(runs: list[dict]) -> dict:
     """One (point, mixer) over its rounds: the median of each statistic, or the first failure."""
     failed = next((r for r in runs if r["status"] != "ok"), None)
     if failed:
-        return {"backend": "", "chunk_size": "", "median_ms": None, "p20_ms": None, "p80_ms": None, "faults_per_step": None,
+        return {"backend": "", "chunk_size": "", "median_ms": None, "p20_ms": None, "p80_ms": None,
+                "faults_per_step": None, "mean_faults_per_step": None,
                 "malloc_tuned": None, **failed}
     stats = {k: float(np.median([r[k] for r in runs])) for k in ("median_ms", "p20_ms", "p80_ms")}
-    faults = [r["faults_per_step"] for r in runs if r.get("faults_per_step") is not None]
-    return {"backend": runs[-1]["backend"], "chunk_size": runs[-1].get("chunk_size", ""), **stats, "faults_per_step": float(np.median(faults)) if faults else None,
+    faults = {k: [r[k] for r in runs if r.get(k) is not None] for k in ("faults_per_step", "mean_faults_per_step")}
+    return {"backend": runs[-1]["backend"], "chunk_size": runs[-1].get("chunk_size", ""), **stats,
+            **{k: float(np.median(v)) if v else None for k, v in faults.items()},
             "malloc_tuned": runs[-1].get("malloc_tuned"), "status": "ok", "error": ""}
 
 
@@ -210,7 +213,8 @@ def run(cfg: TrainStepConfig, progress: bool = True) -> list[dict]:
             "gflop_per_step": work / 1e9 if work else None,
             "flop_ratio": work / ref_work if work and ref_work else None,
             "gflop_s": work / 1e9 / (s["median_ms"] / 1e3) if work and s["median_ms"] else None,
-            "faults_per_step": s["faults_per_step"], "malloc_tuned": s["malloc_tuned"],
+            "faults_per_step": s["faults_per_step"], "mean_faults_per_step": s["mean_faults_per_step"],
+            "malloc_tuned": s["malloc_tuned"],
             "status": s["status"], "error": s["error"], "seed": cfg.seed, "warmup": cfg.warmup,
             "repeats": cfg.repeats, "rounds": cfg.rounds, **env,
             "dtype": "bfloat16" if prec == "bf16" else "float32", "precision": prec,
