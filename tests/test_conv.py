@@ -6,21 +6,25 @@ import torch
 from zoo.ops import causal_conv1d, causal_conv1d_ref, conv
 
 
-def shifted(x, w, b=None):
-    return conv._ShiftedConv.apply(x, w, b)
+def shifted(x, w, b=None, activation=None):
+    y = conv._ShiftedConv.apply(x, w, b)
+    return torch.nn.functional.silu(y) if activation == "silu" else y
 
 
 @pytest.mark.parametrize("form", [causal_conv1d, shifted], ids=["fused", "shifted"])
+@pytest.mark.parametrize("activation", [None, "silu"])
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("W", [1, 2, 4, 5])
 @pytest.mark.parametrize("L", [1, 3, 37])
-def test_matches_conv1d(form, L, W, bias):
+def test_matches_conv1d(form, L, W, bias, activation):
     g = torch.Generator().manual_seed(L * 10 + W)
-    x = torch.randn(3, L, 7, generator=g, dtype=torch.float64, requires_grad=True)
+    # x a slice of a wider projection, as the mixers pass it: the kernel reads it in place
+    wide = torch.randn(3, L, 11, generator=g, dtype=torch.float64, requires_grad=True)
+    x = wide[..., 2:9]
     w = torch.randn(7, 1, W, generator=g, dtype=torch.float64, requires_grad=True)
     b = torch.randn(7, generator=g, dtype=torch.float64, requires_grad=True) if bias else None
-    inputs = [t for t in (x, w, b) if t is not None]
-    y, y_ref = form(x, w, b), causal_conv1d_ref(x, w, b)
+    inputs = [t for t in (wide, w, b) if t is not None]
+    y, y_ref = form(x, w, b, activation), causal_conv1d_ref(x, w, b, activation)
     torch.testing.assert_close(y, y_ref, rtol=1e-12, atol=1e-12)
     dy = torch.randn_like(y)
     for got, want in zip(torch.autograd.grad(y, inputs, dy), torch.autograd.grad(y_ref, inputs, dy)):
@@ -41,6 +45,18 @@ def test_fused_kernel_runs_over_batch_slices_in_fp32(monkeypatch):
     dy = torch.randn_like(y)
     for got, want in zip(torch.autograd.grad(y, (x, w, b), dy), torch.autograd.grad(y_ref, (x, w, b), dy)):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_silu_inside_the_kernel_in_fp32_and_a_bad_activation_refused():
+    x = torch.randn(4, 33, 24, requires_grad=True)
+    w, b = torch.randn(24, 1, 4, requires_grad=True), torch.randn(24, requires_grad=True)
+    y, y_ref = causal_conv1d(x, w, b, "silu"), causal_conv1d_ref(x, w, b, "silu")
+    torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-5)
+    dy = torch.randn_like(y)
+    for got, want in zip(torch.autograd.grad(y, (x, w, b), dy), torch.autograd.grad(y_ref, (x, w, b), dy)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match=r"activation must be one of \[None, 'silu'\], got 'relu'"):
+        causal_conv1d(x, w, b, "relu")
 
 
 def test_falls_back_to_shifted_sums(monkeypatch):

@@ -114,7 +114,7 @@ class GatedDeltaNet(Mixer):
             if conv0 is not None:  # the conv continues over the context's last inputs
                 qkv = torch.cat([conv0.transpose(1, 2), qkv], 1)
                 conv0 = qkv[:, -(self.d_conv - 1):].transpose(1, 2).contiguous()  # (B, conv_dim, d_conv - 1)
-            qkv = F.silu(causal_conv1d(qkv, self.conv1d.weight))[:, -L:]  # (B, L, conv_dim)
+            qkv = causal_conv1d(qkv, self.conv1d.weight, activation="silu")[:, -L:]  # (B, L, conv_dim)
         q, k, v = torch.split(qkv, [self.key_dim, self.key_dim, self.value_dim], -1)
         q, k = (l2_normalize(t.unflatten(-1, (H, K))) for t in (q, k))  # (B, L, H, K)
         v = v.unflatten(-1, (H, V))  # (B, L, H, V)

@@ -84,7 +84,7 @@ class Mamba(Mixer):
         # selective_scan itself runs the CUDA scan kernel, or the fused CPU one, when it can.
         self.backend = selective_scan_backend(x)
         u, z = xz.chunk(2, dim=-1)  # (B, L, di) each
-        u = F.silu(causal_conv1d(u, self.conv1d.weight, self.conv1d.bias))  # (B, L, di)
+        u = causal_conv1d(u, self.conv1d.weight, self.conv1d.bias, "silu")  # (B, L, di)
         dt, Bs, Cs = self.x_proj(u).split(
             [self.dt_rank, self.d_state, self.d_state], dim=-1)  # (B, L, R), (B, L, N) x2
         dt = F.linear(dt, self.dt_proj.weight)  # (B, L, di), bias in the scan
@@ -123,7 +123,7 @@ class Mamba(Mixer):
         u, z = self.in_proj(x).chunk(2, dim=-1)  # (B, L, di) each
         u = torch.cat([state["conv"].transpose(1, 2), u], 1)  # the conv continues over the context's last inputs
         conv = u[:, -(self.d_conv - 1):].transpose(1, 2).contiguous()  # (B, di, d_conv - 1)
-        u = F.silu(causal_conv1d(u, self.conv1d.weight, self.conv1d.bias))[:, -L:]  # (B, L, di)
+        u = causal_conv1d(u, self.conv1d.weight, self.conv1d.bias, "silu")[:, -L:]  # (B, L, di)
         dt, Bs, Cs = self.x_proj(u).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
         dt = F.linear(dt, self.dt_proj.weight)  # (B, L, di), bias in the scan
         self.backend = selective_scan_backend(x)

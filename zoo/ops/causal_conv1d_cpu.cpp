@@ -1,46 +1,97 @@
-// Causal depthwise convolution on (batch, L, C), forward and backward, for float and double.
+// Causal depthwise convolution on (batch, L, C), forward and backward, for float and double,
+// with an optional SiLU after it (as causal-conv1d's activation="silu"):
 //
-//     y[b, t, c] = bias[c] + sum_k taps[k, c] * x[b, t - (W-1) + k, c]     (x = 0 before t = 0)
+//     v[b, t, c] = bias[c] + sum_k taps[k, c] * x[b, t - (W-1) + k, c]     (x = 0 before t = 0)
+//     y = v, or silu(v) = v * sigmoid(v)
 //
-// Layouts, all contiguous: x, y, dx, dy (batch, L, C); taps (W, C); bias (C) or null;
-// dtaps (W, C) and dbias (C) are this batch slice's partial sums (the caller adds the
-// slices), so slices run in parallel without races. The loop over channels is innermost
-// and branch-free, so that it vectorises: one pass over x forward, one over dy backward,
-// where torch's shifted sums make W passes each way and conv1d's depthwise backward is slow.
+// Layouts: x (batch, L, C) with C contiguous and any batch and time strides (a mixer's slice
+// of its input projection, read in place); y, dx, dy (batch, L, C) contiguous; taps (W, C);
+// bias (C) or null; dtaps (W, C) and dbias (C) are this batch slice's partial sums (the
+// caller adds the slices), so slices run in parallel without races. The loop over channels
+// is innermost and branch-free, so that it vectorises: one pass over x forward, one over dy
+// backward (plus one recomputing v for the SiLU's gradient), where torch's shifted sums make
+// W passes each way and conv1d's depthwise backward is slow.
+#include <cmath>
 #include <cstdint>
+#include <vector>
 
 namespace {
 
 using i64 = std::int64_t;
 
+// exp for the SiLU: the float one vectorises through its own polynomial (Cephes' degree 5,
+// as selective_scan_cpu.cpp's), the double one is exact for the tests.
+inline float exp_approx(float x) {
+    const float lo = -87.3f, hi = 88.3f;
+    float xc = lo > x ? lo : x;
+    xc = hi < xc ? hi : xc;
+    const float k = std::nearbyint(xc * 1.44269504088896341f);
+    const float r = std::fma(k, 2.12194440e-4f, std::fma(k, -0.693359375f, xc));
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    const float er = p * r * r + r + 1.0f;
+    const int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
+    float scale;
+    __builtin_memcpy(&scale, &bits, sizeof scale);
+    return x < lo ? 0.0f : er * scale;
+}
+inline double exp_approx(double x) { return std::exp(x); }
+
 template <typename S>
-void forward(const S* __restrict x, const S* __restrict taps, const S* __restrict bias,
-             S* __restrict y, i64 batch, i64 L, i64 C, i64 W) {
-    for (i64 b = 0; b < batch; ++b) {
-        const S* xb = x + b * L * C;
-        for (i64 t = 0; t < L; ++t) {
-            S* __restrict yt = y + (b * L + t) * C;
-            for (i64 c = 0; c < C; ++c) yt[c] = bias ? bias[c] : S(0);
-            for (i64 k = 0; k < W; ++k) {
-                const i64 s = t - (W - 1) + k;  // the input tap k reads
-                if (s < 0) continue;
-                const S* __restrict xs = xb + s * C;
-                const S* __restrict wk = taps + k * C;
-                for (i64 c = 0; c < C; ++c) yt[c] += wk[c] * xs[c];
-            }
-        }
+inline S sigmoid(S v) { return S(1) / (S(1) + exp_approx(-v)); }
+
+// v_t (before the SiLU) of one batch row at step t, into vt.
+template <typename S>
+inline void conv_at(const S* xb, i64 sx_t, const S* __restrict taps, const S* __restrict bias,
+                    S* __restrict vt, i64 t, i64 C, i64 W) {
+    for (i64 c = 0; c < C; ++c) vt[c] = bias ? bias[c] : S(0);
+    for (i64 k = 0; k < W; ++k) {
+        const i64 s = t - (W - 1) + k;  // the input tap k reads
+        if (s < 0) continue;
+        const S* __restrict xs = xb + s * sx_t;
+        const S* __restrict wk = taps + k * C;
+        for (i64 c = 0; c < C; ++c) vt[c] += wk[c] * xs[c];
     }
 }
 
 template <typename S>
-void backward(const S* __restrict x, const S* __restrict taps, const S* __restrict dy,
-              S* __restrict dx, S* __restrict dtaps, S* __restrict dbias,
-              i64 batch, i64 L, i64 C, i64 W) {
+void forward(const S* x, i64 sx_b, i64 sx_t, const S* __restrict taps, const S* __restrict bias,
+             S* __restrict y, i64 batch, i64 L, i64 C, i64 W, bool silu) {
+    for (i64 b = 0; b < batch; ++b)
+        for (i64 t = 0; t < L; ++t) {
+            S* __restrict yt = y + (b * L + t) * C;
+            conv_at(x + b * sx_b, sx_t, taps, bias, yt, t, C, W);
+            if (silu)
+                for (i64 c = 0; c < C; ++c) yt[c] *= sigmoid(yt[c]);
+        }
+}
+
+template <typename S>
+void backward(const S* x, i64 sx_b, i64 sx_t, const S* __restrict taps, const S* __restrict bias,
+              const S* dy_, S* __restrict dx, S* __restrict dtaps, S* __restrict dbias,
+              i64 batch, i64 L, i64 C, i64 W, bool silu) {
     for (i64 i = 0; i < W * C; ++i) dtaps[i] = 0;
     for (i64 c = 0; c < C; ++c) dbias[c] = 0;
+    std::vector<S> dv(silu ? L * C : 0);  // dL/dv of one batch row, through the SiLU
     for (i64 b = 0; b < batch; ++b) {
-        const S* xb = x + b * L * C;
-        const S* dyb = dy + b * L * C;
+        const S* xb = x + b * sx_b;
+        const S* dyb = dy_ + b * L * C;
+        if (silu) {  // silu'(v) = sig(v) (1 + v (1 - sig(v))), v recomputed
+            for (i64 t = 0; t < L; ++t) {
+                S* __restrict vt = dv.data() + t * C;
+                const S* __restrict dyt = dyb + t * C;
+                conv_at(xb, sx_t, taps, bias, vt, t, C, W);
+                for (i64 c = 0; c < C; ++c) {
+                    const S v = vt[c], sg = sigmoid(v);
+                    vt[c] = dyt[c] * sg * (S(1) + v * (S(1) - sg));
+                }
+            }
+            dyb = dv.data();
+        }
         S* dxb = dx + b * L * C;
         for (i64 s = 0; s < L; ++s) {  // dx_s gathers every output that read x_s
             S* __restrict dxs = dxb + s * C;
@@ -59,7 +110,7 @@ void backward(const S* __restrict x, const S* __restrict taps, const S* __restri
             for (i64 k = 0; k < W; ++k) {
                 const i64 s = t - (W - 1) + k;
                 if (s < 0) continue;
-                const S* __restrict xs = xb + s * C;
+                const S* __restrict xs = xb + s * sx_t;
                 S* __restrict dwk = dtaps + k * C;
                 for (i64 c = 0; c < C; ++c) dwk[c] += dyt[c] * xs[c];
             }
@@ -69,23 +120,18 @@ void backward(const S* __restrict x, const S* __restrict taps, const S* __restri
 
 }  // namespace
 
-extern "C" {
+#define LINBENCH_CONV_ENTRY_POINTS(S, suffix)                                                 \
+    extern "C" void causal_conv1d_fwd_##suffix(const S* x, const S* taps, const S* bias,      \
+                                               S* y, i64 batch, i64 L, i64 C, i64 W,          \
+                                               i64 sx_b, i64 sx_t, i64 silu) {                \
+        forward(x, sx_b, sx_t, taps, bias, y, batch, L, C, W, silu != 0);                      \
+    }                                                                                         \
+    extern "C" void causal_conv1d_bwd_##suffix(const S* x, const S* taps, const S* bias,      \
+                                               const S* dy, S* dx, S* dtaps, S* dbias,        \
+                                               i64 batch, i64 L, i64 C, i64 W, i64 sx_b,      \
+                                               i64 sx_t, i64 silu) {                          \
+        backward(x, sx_b, sx_t, taps, bias, dy, dx, dtaps, dbias, batch, L, C, W, silu != 0); \
+    }
 
-void causal_conv1d_fwd_f32(const float* x, const float* taps, const float* bias, float* y,
-                           i64 batch, i64 L, i64 C, i64 W) {
-    forward(x, taps, bias, y, batch, L, C, W);
-}
-void causal_conv1d_fwd_f64(const double* x, const double* taps, const double* bias, double* y,
-                           i64 batch, i64 L, i64 C, i64 W) {
-    forward(x, taps, bias, y, batch, L, C, W);
-}
-void causal_conv1d_bwd_f32(const float* x, const float* taps, const float* dy, float* dx,
-                           float* dtaps, float* dbias, i64 batch, i64 L, i64 C, i64 W) {
-    backward(x, taps, dy, dx, dtaps, dbias, batch, L, C, W);
-}
-void causal_conv1d_bwd_f64(const double* x, const double* taps, const double* dy, double* dx,
-                           double* dtaps, double* dbias, i64 batch, i64 L, i64 C, i64 W) {
-    backward(x, taps, dy, dx, dtaps, dbias, batch, L, C, W);
-}
-
-}  // extern "C"
+LINBENCH_CONV_ENTRY_POINTS(float, f32)
+LINBENCH_CONV_ENTRY_POINTS(double, f64)

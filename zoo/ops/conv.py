@@ -9,7 +9,8 @@ mixers already hold, no transposes: on CPU in fp32/fp64 by a fused C++ kernel
 backward), else as W shifted multiply-adds with a written-out backward. On one CPU thread
 at (64, 256, 384), width 4, with a SiLU after it, forward plus backward took 77 ms by the
 shifted sums, against 104 ms for the same sums through autograd and 172 ms for conv1d,
-whose depthwise backward is slow. Off the CPU it is not measured, so ``causal_conv1d``
+whose depthwise backward is slow. The kernel takes the SiLU inside (``activation="silu"``,
+as causal-conv1d's CUDA function does) and reads a slice of a wider projection in place. Off the CPU it is not measured, so ``causal_conv1d``
 runs the reference there (cuDNN), where the Mamba blocks' fused kernels do not call
 causal-conv1d's own.
 """
@@ -28,77 +29,94 @@ CONV_CPP = "causal_conv1d_cpu.cpp"
 CAUSAL_CONV1D_NEEDS = (("causal_conv1d_fwd_function", "causal_conv1d_bwd_function"),
                        ("causal_conv1d_cuda",))
 _P, _N = ctypes.c_void_p, ctypes.c_int64
-CONV_SIGNATURES = {f"causal_conv1d_{way}_{s}": (_P,) * k + (_N,) * 4
-                   for way, k in (("fwd", 4), ("bwd", 6)) for s in ("f32", "f64")}
+CONV_SIGNATURES = {f"causal_conv1d_{way}_{s}": (_P,) * k + (_N,) * 7
+                   for way, k in (("fwd", 4), ("bwd", 7)) for s in ("f32", "f64")}
+ACTIVATIONS = (None, "silu")
 
 
-def causal_conv1d_ref(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None):
-    """x: (B, L, C); weight: (C, 1, W) as nn.Conv1d(groups=C) stores it; bias: (C,) or None.
-    Returns (B, L, C)."""
+def causal_conv1d_ref(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                      activation: str | None = None):
+    """x: (B, L, C); weight: (C, 1, W) as nn.Conv1d(groups=C) stores it; bias: (C,) or None;
+    activation: None or "silu", applied after (causal-conv1d's argument). Returns (B, L, C)."""
+    _check_activation(activation)
     W, L = weight.shape[-1], x.shape[1]
     y = F.conv1d(x.transpose(1, 2), weight, bias, padding=W - 1, groups=x.shape[-1])
-    return y[..., :L].transpose(1, 2)  # keep the outputs that see no future
+    y = y[..., :L].transpose(1, 2)  # keep the outputs that see no future
+    return F.silu(y) if activation == "silu" else y
 
 
-def causal_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None):
-    """Same arguments and result as ``causal_conv1d_ref``."""
+def causal_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                  activation: str | None = None):
+    """Same arguments and result as ``causal_conv1d_ref``. On CPU the kernel reads x in
+    place when its channels are contiguous (a slice of a wider projection, say), and the
+    SiLU runs inside it."""
+    _check_activation(activation)
     if x.device.type != "cpu":
-        return causal_conv1d_ref(x, weight, bias)
+        return causal_conv1d_ref(x, weight, bias, activation)
     lib = cpu_kernels.library(CONV_CPP, CONV_SIGNATURES)
     if lib is None:
-        return _ShiftedConv.apply(x, weight, bias)
+        y = _ShiftedConv.apply(x, weight, bias)
+        return F.silu(y) if activation == "silu" else y
     # The kernel computes in float32 or float64. Half inputs (bf16 autocast hands the conv
     # a bf16 x and float32 taps) go through it in float32 and come back in x's dtype,
     # so autocast keeps the fused kernel instead of falling back to the shifted form.
     work = torch.float64 if torch.float64 in (x.dtype, weight.dtype) else torch.float32
-    y = _FusedConv.apply(lib, x.to(work), weight.to(work), None if bias is None else bias.to(work))
+    y = _FusedConv.apply(lib, x.to(work), weight.to(work), None if bias is None else bias.to(work),
+                         activation == "silu")
     return y.to(x.dtype)
 
 
+def _check_activation(activation) -> None:
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"causal_conv1d: activation must be one of {list(ACTIVATIONS)}, got {activation!r}")
+
+
 class _FusedConv(torch.autograd.Function):
-    """The C++ kernel, forward and backward, over batch slices."""
+    """The C++ kernel, forward and backward, over batch slices; x read in place when its
+    channels are contiguous."""
 
     @staticmethod
-    def forward(ctx, lib, x, weight, bias):
+    def forward(ctx, lib, x, weight, bias, silu):
         (B, L, C), W = x.shape, weight.shape[-1]
         f64 = x.dtype == torch.float64
         fwd = lib.causal_conv1d_fwd_f64 if f64 else lib.causal_conv1d_fwd_f32
         ctx.bwd = lib.causal_conv1d_bwd_f64 if f64 else lib.causal_conv1d_bwd_f32
-        x = x.contiguous()
+        x = x if x.stride(-1) == 1 else x.contiguous()
         taps = weight.reshape(C, W).t().contiguous()  # (W, C)
         bias_c = None if bias is None else bias.contiguous()
-        y = torch.empty_like(x)
+        y = x.new_empty(B, L, C)
         at = cpu_kernels.row_address
 
         def run(b0, b1):
             fwd(at(x, b0), at(taps), None if bias_c is None else at(bias_c), at(y, b0),
-                b1 - b0, L, C, W)
+                b1 - b0, L, C, W, x.stride(0), x.stride(1), int(silu))
 
         cpu_kernels.over_batch(run, B)
-        ctx.save_for_backward(x, taps)
-        ctx.weight_shape, ctx.has_bias = weight.shape, bias is not None
+        ctx.save_for_backward(x, taps, bias_c)
+        ctx.weight_shape, ctx.silu = weight.shape, silu
         return y
 
     @staticmethod
     def backward(ctx, dy):
-        x, taps = ctx.saved_tensors
+        x, taps, bias = ctx.saved_tensors
         (B, L, C), W = x.shape, taps.shape[0]
         dy = dy.contiguous()
-        dx = torch.empty_like(x)
+        dx = x.new_empty(B, L, C)
         parts = []  # each slice's (dtaps, dbias), summed below
         at = cpu_kernels.row_address
 
         def run(b0, b1):
             dtaps, dbias = x.new_empty(W, C), x.new_empty(C)
-            ctx.bwd(at(x, b0), at(taps), at(dy, b0), at(dx, b0), at(dtaps), at(dbias),
-                    b1 - b0, L, C, W)
+            ctx.bwd(at(x, b0), at(taps), None if bias is None else at(bias), at(dy, b0),
+                    at(dx, b0), at(dtaps), at(dbias), b1 - b0, L, C, W, x.stride(0), x.stride(1),
+                    int(ctx.silu))
             parts.append((dtaps, dbias))
 
         cpu_kernels.over_batch(run, B)
         dtaps = torch.stack([p[0] for p in parts]).sum(0)
         dweight = dtaps.t().reshape(ctx.weight_shape)
-        dbias = torch.stack([p[1] for p in parts]).sum(0) if ctx.has_bias else None
-        return None, dx, dweight, dbias
+        dbias = torch.stack([p[1] for p in parts]).sum(0) if bias is not None else None
+        return None, dx, dweight, dbias, None
 
 
 class _ShiftedConv(torch.autograd.Function):
