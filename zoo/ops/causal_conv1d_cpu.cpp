@@ -48,7 +48,10 @@ inline S sigmoid(S v) { return S(1) / (S(1) + exp_approx(-v)); }
 template <typename S>
 inline void conv_at(const S* xb, i64 sx_t, const S* __restrict taps, const S* __restrict bias,
                     S* __restrict vt, i64 t, i64 C, i64 W) {
-    for (i64 c = 0; c < C; ++c) vt[c] = bias ? bias[c] : S(0);
+    if (bias)  // the choice outside the loop: inside it, GCC keeps the loop scalar
+        for (i64 c = 0; c < C; ++c) vt[c] = bias[c];
+    else
+        for (i64 c = 0; c < C; ++c) vt[c] = S(0);
     for (i64 k = 0; k < W; ++k) {
         const i64 s = t - (W - 1) + k;  // the input tap k reads
         if (s < 0) continue;
