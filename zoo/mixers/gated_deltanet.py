@@ -114,7 +114,9 @@ class GatedDeltaNet(Mixer):
             if conv0 is not None:  # the conv continues over the context's last inputs
                 qkv = torch.cat([conv0.transpose(1, 2), qkv], 1)
                 conv0 = qkv[:, -(self.d_conv - 1):].transpose(1, 2).contiguous()  # (B, conv_dim, d_conv - 1)
-            qkv = causal_conv1d(qkv, self.conv1d.weight, activation="silu")[:, -L:]  # (B, L, conv_dim)
+            qkv = causal_conv1d(qkv, self.conv1d.weight, activation="silu")
+            if qkv.shape[1] > L:  # the context's inputs out again (a no-op slice's backward zero-fills)
+                qkv = qkv[:, -L:]  # (B, L, conv_dim)
         q, k, v = torch.split(qkv, [self.key_dim, self.key_dim, self.value_dim], -1)
         q, k = (l2_normalize(t.unflatten(-1, (H, K))) for t in (q, k))  # (B, L, H, K)
         v = v.unflatten(-1, (H, V))  # (B, L, H, V)

@@ -148,7 +148,9 @@ class Mamba2(Mixer):
         if conv0 is not None:  # the conv continues over the context's last inputs
             xBC = torch.cat([conv0.transpose(1, 2), xBC], 1)
             conv0 = xBC[:, -(self.d_conv - 1):].transpose(1, 2).contiguous()  # (B, conv_dim, d_conv - 1)
-        xBC = causal_conv1d(xBC, self.conv1d.weight, self.conv1d.bias, "silu")[:, -L:]  # (B, L, conv_dim)
+        xBC = causal_conv1d(xBC, self.conv1d.weight, self.conv1d.bias, "silu")
+        if xBC.shape[1] > L:  # the context's inputs out again (a no-op slice's backward zero-fills)
+            xBC = xBC[:, -L:]  # (B, L, conv_dim)
         x, B, C = torch.split(xBC, [self.d_inner, self.ngroups * self.d_state,
                                     self.ngroups * self.d_state], dim=-1)
         self.backend = ssd_backend(x)
