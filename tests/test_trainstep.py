@@ -10,7 +10,7 @@ import tasks.benchmarks.trainstep as ts
 import zoo
 from tasks.benchmarks.trainstep import TrainStepConfig, main, markdown_table, run
 
-TINY = dict(points=((8, 16, 2),), warmup=0, repeats=1, isolate=False)
+TINY = dict(points=((8, 16, 2),), warmup=0, repeats=1, isolate=False, against=())
 
 
 def test_config_rejects_unknown_keys_and_bad_values():
@@ -35,15 +35,23 @@ def test_config_rejects_unknown_keys_and_bad_values():
             TrainStepConfig(**{field: bad})
     # a JSON record's lists become the tuples the config uses
     cfg = TrainStepConfig.from_dict({"points": [[8, 16, 2]], "mixers": [["retnet", {}]]})
-    assert cfg.points == ((8, 16, 2),) and cfg.entries() == [("attention", {}), ("retnet", {})]
+    assert cfg.points == ((8, 16, 2),) and cfg.entries() == [
+        ("attention", {}), ("attention", {"n_heads": 1}), ("retnet", {})]
+    with pytest.raises(ValueError, match="against: .*must be a \\(name, options\\) pair"):
+        TrainStepConfig(against=("attention",))
+    with pytest.raises(ValueError, match="against='nope' is not valid"):
+        TrainStepConfig(against=("nope", {}))
 
 
-def test_attention_is_measured_first_and_added_if_missing():
-    assert TrainStepConfig().entries() == [("attention", {})] + [
+def test_attention_is_measured_first_and_the_second_reference_next():
+    one_head = ("attention", {"n_heads": 1})
+    assert TrainStepConfig().entries() == [("attention", {}), one_head] + [
         (n, {}) for n in sorted(zoo.MIXERS) if n != "attention"]
     given = (("retnet", {}), ("attention", {"backend": "math"}), ("mamba2", {}))
-    assert [ts.mixer_label(*e) for e in TrainStepConfig(mixers=given).entries()] == [
+    assert [ts.mixer_label(*e) for e in TrainStepConfig(mixers=given, against=()).entries()] == [
         "attention:backend=math", "retnet", "mamba2"]
+    given = (("retnet", {}), one_head, ("attention", {}))  # already listed: moved, not added
+    assert TrainStepConfig(mixers=given).entries() == [("attention", {}), one_head, ("retnet", {})]
 
 
 def _fake_step(model, batch, seed, warmup, repeats, meter, deadline, medians, calls, profile=0, precision="fp32"):
@@ -101,19 +109,23 @@ def test_cli_isolated_writes_csv_and_table_from_reproduces_the_table(tmp_path, c
     rows = main(argv)  # the real path: each measurement in a child process
     printed = capsys.readouterr().out
     saved = list(csv.DictReader(out.open()))
-    assert [r["label"] for r in saved] == ["attention", "retnet"]  # attention added, first
+    # attention added, first, then the second reference: one-head attention
+    assert [r["label"] for r in saved] == ["attention", "attention:n_heads=1", "retnet"]
     for col in ("seq_len", "d_model", "batch", "tokens", "label", "mixer", "mixer_options", "backend", "params",
                 "median_ms", "p20_ms", "p80_ms", "ratio", "status", "error", "device", "dtype", "torch",
                 "threads", "command"):
         assert col in saved[0]
-    att, ret = saved
+    att, one, ret = saved
     assert att["status"] == ret["status"] == "ok" and att["backend"] == "sdpa" and ret["backend"]
+    assert ret["against"] == "attention:n_heads=1" and float(one["ratio_against"]) == 1.0
+    assert float(ret["ratio_against"]) == pytest.approx(float(ret["median_ms"]) / float(one["median_ms"]))
     assert att["tokens"] == "16" and att["threads"] == "1" and int(ret["params"]) > 0
     assert float(att["ratio"]) == 1.0
     assert float(ret["ratio"]) == pytest.approx(float(ret["median_ms"]) / float(att["median_ms"]))
     assert att["command"] == "python -m tasks.benchmarks.trainstep " + " ".join(argv)
     table = markdown_table(rows)
     assert table in printed and "| retnet | " in table and "x) |" in table
+    assert "Each step's median over attention:n_heads=1's at the same point" in table
     main(["--table-from", str(out)])
     assert capsys.readouterr().out.strip() == table  # the README's table, from the CSV alone
 

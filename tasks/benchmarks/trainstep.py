@@ -44,12 +44,17 @@ from .timing import measure, run_point
 # (seq_len, d_model, batch); the last two keep the 16,384 tokens per batch of L 256 x 64
 POINTS = ((64, 64, 64), (64, 128, 64), (256, 64, 64), (256, 128, 64), (1024, 128, 16), (4096, 128, 4))
 REFERENCE = "attention"  # every ratio is against it
+# The second reference, measured beside it by default: attention with one head, the cheapest
+# form of the baseline at d 64 (its score matmuls are one d-wide product instead of four).
+ONE_HEAD = ("attention", {"n_heads": 1})
 
 
 @dataclass
 class TrainStepConfig(StrictConfig):
     seed: int = 0
     mixers: tuple = ()  # (name, options) pairs; (): every registered mixer. Attention is always added.
+    against: tuple = ONE_HEAD  # a second (name, options) reference (added if missing; () for none):
+    # each row's ratio_against is its median over this one's
     points: tuple = POINTS  # (seq_len, d_model, batch) triples
     vocab_size: int = 512
     n_layers: int = 2
@@ -83,6 +88,12 @@ class TrainStepConfig(StrictConfig):
                 raise ValueError(f"{own}: mixers: {m!r} must be a (name, options) pair")
             check_mixer(own, "mixers", m[0])
         self.mixers = tuple((name, dict(opts)) for name, opts in self.mixers)
+        if self.against:
+            if not (isinstance(self.against, (list, tuple)) and len(self.against) == 2
+                    and isinstance(self.against[1], dict)):
+                raise ValueError(f"{own}: against: {self.against!r} must be a (name, options) pair or ()")
+            check_mixer(own, "against", self.against[0])
+            self.against = (self.against[0], dict(self.against[1]))
         labels = [mixer_label(*e) for e in self.entries()]
         if len(set(labels)) < len(labels):
             raise ValueError(f"{own}: mixers: duplicate labels in {labels}")
@@ -96,10 +107,16 @@ class TrainStepConfig(StrictConfig):
 
     def entries(self) -> list[tuple[str, dict]]:
         """The mixers in the order measured: the first attention entry (added if
-        missing) first, since every ratio needs it, then the rest as given."""
+        missing) first, since every ratio needs it, then the second reference (``against``,
+        added if missing), then the rest as given."""
         mixers = list(self.mixers) or [(n, {}) for n in sorted(zoo.MIXERS)]
-        ref = next((e for e in mixers if e[0] == REFERENCE), (REFERENCE, {}))
-        return [ref, *(e for e in mixers if e is not ref)]
+        second = mixer_label(*self.against) if self.against else None
+        ref = next((e for e in mixers if e[0] == REFERENCE and mixer_label(*e) != second), (REFERENCE, {}))
+        rest = [e for e in mixers if e is not ref]
+        if second is not None:
+            entry = next((e for e in rest if mixer_label(*e) == second), self.against)
+            rest = [entry, *(e for e in rest if e is not entry)]
+        return [ref, *rest]
 
     def model(self, name: str, options: dict, seq_len: int, d_model: int) -> zoo.ModelConfig:
         return zoo.ModelConfig(vocab_size=self.vocab_size, d_model=d_model, n_layers=self.n_layers,
@@ -196,6 +213,7 @@ def run(cfg: TrainStepConfig, progress: bool = True) -> list[dict]:
     for point, prec, name_label in cells:
         L, d, B = point
         ref = _summary(runs[point, prec, mixer_label(*entries[0])])["median_ms"]
+        ref2 = _summary(runs[point, prec, mixer_label(*cfg.against)])["median_ms"] if cfg.against else None
         name, options = next(e for e in entries if mixer_label(*e) == name_label)
         s = _summary(runs[point, prec, name_label])
         with torch.device("meta"):  # also known for a mixer that failed
@@ -209,6 +227,8 @@ def run(cfg: TrainStepConfig, progress: bool = True) -> list[dict]:
             "mixer": name, "mixer_options": json.dumps(options, sort_keys=True), "backend": s["backend"],
             "chunk_size": s["chunk_size"], "params": params, "median_ms": s["median_ms"], "p20_ms": s["p20_ms"], "p80_ms": s["p80_ms"],
             "ratio": s["median_ms"] / ref if s["median_ms"] is not None and ref is not None else None,
+            "against": mixer_label(*cfg.against) if cfg.against else "",
+            "ratio_against": s["median_ms"] / ref2 if s["median_ms"] is not None and ref2 else None,
             # the ratio the work alone would give: the step's FLOPs over attention's
             "gflop_per_step": work / 1e9 if work else None,
             "flop_ratio": work / ref_work if work and ref_work else None,
@@ -262,6 +282,12 @@ def markdown_table(rows: list[dict]) -> str:
     name = (lambda r: f"{r['label']} ({precision[id(r)]})") if both else (lambda r: r["label"])
     cells = {(name(r), _point(r)): _cell(_number(r["median_ms"]), _number(r["ratio"]), r["status"]) for r in rows}
     table = _grid(cells, dict.fromkeys(name(r) for r in rows), points)
+    against = next((r.get("against") for r in rows if r.get("against")), "")
+    if against:
+        second = {(name(r), _point(r)): f"{_number(r['ratio_against']):.2f}x" for r in rows
+                  if _number(r.get("ratio_against")) is not None}
+        table += f"\n\nEach step's median over {against}'s at the same point:\n\n"
+        table += _grid(second, dict.fromkeys(name(r) for r in rows), points)
     if not both:
         return table
     ms = {(r["label"], precision[id(r)], _point(r)): _number(r["median_ms"]) for r in rows}
@@ -287,6 +313,8 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--rounds", type=int, default=1, help="repeat the grid; report the median of the rounds")
     p.add_argument("--time-limit", type=float, default=600.0, help="seconds per measurement")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--against", default=mixer_label(*ONE_HEAD),
+                   help="a second reference, name[:option=value...] ('' for none); rows add their ratio to it")
     p.add_argument("--precision", default="fp32", help="fp32, bf16 (autocast) or fp32,bf16: both side by side")
     p.add_argument("--no-isolate", action="store_true", help="measure in this process")
     p.add_argument("--profile", type=int, default=0, metavar="N",
@@ -300,7 +328,9 @@ def main(argv=None) -> list[dict]:
             rows = list(csv.DictReader(f))
         print(markdown_table(rows))
         return rows
-    cfg = TrainStepConfig(mixers=tuple(parse_mixers(args.mixers)), points=args.points, threads=args.threads,
+    against = parse_mixers(args.against)
+    cfg = TrainStepConfig(mixers=tuple(parse_mixers(args.mixers)), against=against[0] if against else (),
+                          points=args.points, threads=args.threads,
                           warmup=args.warmup, repeats=args.repeats, rounds=args.rounds,
                           time_limit_s=args.time_limit, seed=args.seed, isolate=not args.no_isolate,
                           profile=args.profile,
