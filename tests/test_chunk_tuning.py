@@ -101,3 +101,18 @@ def test_records_carry_the_sizes_and_a_resumed_run_takes_them_instead_of_measuri
     res = train(model, tcfg, batch_fn, lm_loss, checkpoint=ckpt, progress=False)
     assert res.resumed_from == 4 and res.steps == 6
     assert [b.mixer.chunk_size for b in model.blocks] == [32, 32] and model.chunk_sizes() == {"0": 32, "1": 32}
+
+
+def test_the_chunk_size_table_times_every_candidate_in_a_child_process(capsys):
+    from tasks.benchmarks.chunk_sizes import chunked_mixers, main
+
+    assert chunked_mixers() == sorted(CHUNKED)
+    rows = main(["--points", "40x32x2", "--mixers", "gla,retnet"])
+    for name in ("gla", "retnet"):
+        mine = [r for r in rows if r["mixer"] == name]
+        assert [r["chunk_size"] for r in mine] == [16, 32, 64] and all(r["status"] == "ok" for r in mine)
+        assert sum(r["fastest"] for r in mine) == 1 and all(r["ms"] > 0 for r in mine)
+    assert {r["default_chunk_size"] for r in rows if r["mixer"] == "gla"} == {16}
+    assert "-> " in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["--mixers", "attention"])
