@@ -272,6 +272,14 @@ def test_reading_gaps_set_each_reading_beside_the_papers_on_the_same_seed_and_ra
     # the paper's reading not run on the reading's seed: no comparison is claimed
     lone = frame[~((frame["label"] == "grassmann") & (frame["config.train.lr"] == 1e-3))]
     assert "gated_residual +10.0 % (seed 0, lr 0.001);" in reading_gaps(lone)
+    # a reading with a bracket of its own is read at its best rate; attention run in the same
+    # reading (the pre-LN Transformer) is a second control, at its own best rate
+    bracketed = pd.concat([frame, pd.DataFrame([run("grassmann pre-LN", 0, 140.0, 1e-3),
+                                                run("attention pre-LN", 0, 112.0, 1e-3),
+                                                run("attention pre-LN", 0, 130.0)])])
+    assert reading_gaps(bracketed).endswith(
+        "pre-LN +40.0 % (seed 0, lr 0.001, best of 2 rates, where the paper's reading on the same seed and rate "
+        "reads +40.0 %); against attention pre-LN (seed 0, lr 0.001, best of 2 rates): +25.0 %.")
 
 
 def test_mad_agreement_counts_the_pairs_in_mads_order():

@@ -377,26 +377,40 @@ def gap_placement(frame: pd.DataFrame, published: pd.DataFrame, setting: str = "
 
 def reading_gaps(frame: pd.DataFrame, base: str = "grassmann", control: str = "attention") -> str:
     """How much the gap to ``control`` depends on reading the paper's block: each other
-    reading of ``base`` (a label "grassmann <reading>") against ``control``'s seeds at
-    its best rate, beside ``base`` itself on the same seeds and rate as that reading, so
-    reading and mixer are compared like for like."""
+    reading of ``base`` (a label "grassmann <reading>"), at its own best rate with every seed
+    run there, against ``control``'s seeds at its best rate, beside ``base`` itself on the
+    same seeds and rate as that reading, so reading and mixer are compared like for like;
+    and where ``control`` has run in the same reading (a label "attention <reading>", say
+    the pre-LN Transformer), against that too, each at its own best rate: the reading read
+    against attention in the same block."""
     ok = frame[(frame["task"] == "wikitext2") & (frame["run_status"] == "ok")]
     ok = ok.assign(lr=ok["config.train.lr"])
-    attention = at_best_lr(ok[ok["label"] == control])["best_val_ppl"].tolist()
-    readings = sorted(label for label in ok["label"].unique() if label.startswith(f"{base} "))
+    best = at_best_lr(ok)
+    attention = best.loc[best["label"] == control, "best_val_ppl"].tolist()
+    readings = sorted(label for label in best["label"].unique() if label.startswith(f"{base} "))
     if not attention or not readings:
         return f"No other reading of the {base} block has finished yet."
     pct = (lambda x: f"{100 * x:+.1f} %".replace("-", "−"))
+
+    def seeds_rate(runs) -> str:
+        seeds = ", ".join(str(int(s)) for s in sorted(runs["seed"].unique()))
+        tried = int(runs["lrs_tried"].iloc[0])
+        return (f"seed{'s' if len(runs) > 1 else ''} {seeds}, lr {runs['lr'].iloc[0]:g}"
+                + (f", best of {tried} rates" if tried > 1 else ""))
+
     parts = []
     for label in readings:
-        runs = ok[ok["label"] == label]
+        reading = label.removeprefix(base + " ")
+        runs = best[best["label"] == label]
         same = ok[(ok["label"] == base) & ok["lr"].isin(runs["lr"]) & ok["seed"].isin(runs["seed"])]
         gap = gap_interval(runs["best_val_ppl"].tolist(), attention)[0]
         beside = (f", where the paper's reading on the same seed{'s' if len(runs) > 1 else ''} and rate reads "
                   f"{pct(gap_interval(same['best_val_ppl'].tolist(), attention)[0])}") if len(same) == len(runs) else ""
-        seeds = ", ".join(str(int(s)) for s in sorted(runs["seed"].unique()))
-        parts.append(f"{label.removeprefix(base + ' ')} {pct(gap)} (seed{'s' if len(runs) > 1 else ''} {seeds}, "
-                     f"lr {runs['lr'].iloc[0]:g}{beside})")
+        twin = best[best["label"] == f"{control} {reading}"]
+        in_block = (f"; against {control} {reading} ({seeds_rate(twin)}): "
+                    f"{pct(gap_interval(runs['best_val_ppl'].tolist(), twin['best_val_ppl'].tolist())[0])}"
+                    ) if len(twin) else ""
+        parts.append(f"{reading} {pct(gap)} ({seeds_rate(runs)}{beside}){in_block}")
     return (f"The gap to {control} ({len(attention)} seeds at its best rate) under other readings of the "
             f"{base} block: " + "; ".join(parts) + ".")
 
