@@ -50,15 +50,16 @@ def identity(config: Any) -> Any:
     result; a data folder only matters as "local copy" against "the hub" (an offline SNLI
     run trains on a different split). ``checkpoint_every`` hashes as its default 0, so the
     ids of runs made before it stopped counting (with the default) stay the same; a
-    ModelConfig's ``hybrid``, a Wikitext-2 config's ``extrapolate`` and a decode config's
-    ``step_impl`` other than "auto" only count when set,
+    ModelConfig's ``hybrid`` and ``init_std``, a Wikitext-2 config's ``extrapolate`` and a
+    decode config's ``step_impl`` other than "auto" only count when set,
     for the same reason (fields added after records were made under their defaults), and
     a TrainConfig's ``precision`` "auto" hashes as ``amp: True``, the flag it replaced."""
     if isinstance(config, dict):
         out = {}
         for key, value in config.items():
             if key in ("cache_dir", "checkpoint_minutes", "log_every_s", "strategy", "micro_batch_size") \
-                    or (key in ("hybrid", "extrapolate") and not value) or (key == "step_impl" and value == "auto"):
+                    or (key in ("hybrid", "extrapolate") and not value) or (key == "init_std" and value is None) \
+                    or (key == "step_impl" and value == "auto"):
                 continue
             if key == "checkpoint_every":
                 out[key] = 0

@@ -171,3 +171,21 @@ def test_mixer_table_cli(capsys):
     out = capsys.readouterr().out
     for name in zoo.MIXERS:
         assert f"| {name} |" in out
+
+
+def test_init_std_draws_every_linear_small_and_keeps_what_a_mixer_protects():
+    base = zoo.ModelConfig(vocab_size=64, d_model=64, n_layers=2, mixer="mamba", d_ff=128)
+    default, small = (zoo.build_model(base.replace(init_std=s), seed=0) for s in (None, 0.02))
+    torch.testing.assert_close(default.blocks[0].mixer.in_proj.weight,  # None: the init of before
+                               zoo.build_model(base, seed=0).blocks[0].mixer.in_proj.weight, rtol=0, atol=0)
+    linears = [(n, m) for n, m in small.named_modules() if isinstance(m, torch.nn.Linear) and n != "head"]
+    assert len(linears) >= 8
+    for name, m in linears:
+        assert abs(m.weight.std().item() - 0.02) < 0.004, name
+        if m.bias is not None and name.endswith("dt_proj"):  # Mamba's step-size bias: its own init kept
+            torch.testing.assert_close(m.bias, dict(default.named_modules())[name].bias, rtol=0, atol=0)
+        elif m.bias is not None:
+            assert not m.bias.any(), name
+    assert default.blocks[0].mixer.in_proj.weight.std().item() > 0.05  # PyTorch's default is wider
+    with pytest.raises(ValueError, match="init_std"):
+        base.replace(init_std=0.0)

@@ -43,6 +43,12 @@ class ModelConfig(StrictConfig):
     max_len: int = 1024  # table size of learned positions
     tie_embeddings: bool = True
     dropout: float = 0.0
+    # None: every nn.Linear keeps PyTorch's default init and every mixer its own. A float:
+    # every nn.Linear weight (the mixers' and the MLPs') drawn from N(0, init_std) and its
+    # bias zeroed, but for parameters a mixer marks _no_reinit: the "small init" of the
+    # reproductions (youdie006/grassmann's N(0, 0.02) for Linear and Embedding; the
+    # embeddings here are N(0, 0.02) either way).
+    init_std: float | None = None
 
     def __post_init__(self):
         own = "ModelConfig"
@@ -55,6 +61,7 @@ class ModelConfig(StrictConfig):
         check_bounds(self, "vocab_size", "d_model", "n_layers", "max_len", gt=0)
         check_bounds(self, "d_ff", ge=0)  # None: the mixer's convention; 0: no MLP
         check_bounds(self, "dropout", ge=0, lt=1)
+        check_bounds(self, "init_std", gt=0)  # None: the default init
         if self.layer_options and len(self.layer_options) != self.n_layers:
             raise ValueError(
                 f"{own}: layer_options has {len(self.layer_options)} entries for n_layers={self.n_layers}"
@@ -209,6 +216,10 @@ class LM(nn.Module):
         if cfg.tie_embeddings:
             self.head.weight = self.tok.weight
         self.apply(_init_weights)
+        if cfg.init_std is not None:
+            for m in self.modules():
+                if isinstance(m, nn.Linear):
+                    _small_init(m, cfg.init_std)
 
     def embed(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
         """tokens (B, L) at positions start .. start + L - 1 -> (B, L, D)."""
@@ -279,6 +290,14 @@ def _init_weights(m: nn.Module) -> None:
     # linear layers keep PyTorch's default and every mixer keeps its own init.
     if isinstance(m, nn.Embedding):
         nn.init.normal_(m.weight, std=0.02)
+
+
+def _small_init(m: nn.Linear, std: float) -> None:
+    with torch.no_grad():
+        if not getattr(m.weight, "_no_reinit", False):
+            m.weight.normal_(0.0, std)
+        if m.bias is not None and not getattr(m.bias, "_no_reinit", False):
+            m.bias.zero_()
 
 
 def build_model(cfg: ModelConfig, seed: int | None = None) -> LM:

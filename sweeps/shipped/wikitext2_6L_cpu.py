@@ -26,7 +26,10 @@ Pre-norm against pre-norm: the pre-LN blend's row compares it with post-LN atten
 post-LN blend's rate, which cannot answer a reproduction that ran both in pre-LN blocks. So
 the standard pre-LN Transformer (``attention pre-LN``) joins, and it, the pre-LN blend and
 the gated residual each get their own bracket (READING_LRS, at seed 0, appended after the
-runs above so that their order and ids stay as they were).
+runs above so that their order and ids stay as they were). The 12-layer reproduction that
+found Grassmann ahead (youdie006/grassmann) ran pre-norm with every Linear and Embedding
+drawn from N(0, 0.02); ``small init`` is that init (``ModelConfig.init_std``), one more
+control over both pre-LN models, bracketed the same way.
 
     linbench run wikitext2_6L_cpu --parallel 2 --results-dir results/reference
     linbench plot wikitext2_6L_cpu --results-dir results/reference
@@ -76,6 +79,11 @@ configs += [config(label, seed, BEST_LR["grassmann"]) for label in READINGS for 
 # readings above ran at (Grassmann's best, 2e-3) left out, 1e-3 first.
 models.update(matched_models(base, {"attention pre-LN": ("attention", base.mixer_options, {"block": "prenorm"})},
                              knob="auto"))
-READING_LRS = {"attention pre-LN": LRS, "grassmann pre-LN": LRS, "grassmann gated_residual": LRS}
+SMALL_INIT = {"block": "prenorm", "init_std": 0.02}
+models.update(matched_models(base, {"attention pre-LN small init": ("attention", base.mixer_options, SMALL_INIT),
+                                    "grassmann pre-LN small init": ("grassmann", GRASSMANN, SMALL_INIT)},
+                             knob="auto"))
+READING_LRS = {"attention pre-LN": LRS, "grassmann pre-LN": LRS, "grassmann gated_residual": LRS,
+               "attention pre-LN small init": LRS, "grassmann pre-LN small init": LRS}
 configs += [config(label, 0, lr) for lr in sorted(LRS, key=lambda x: x != 1e-3) for label in READING_LRS
             if lr in READING_LRS[label] and not (label in READINGS and lr == BEST_LR["grassmann"])]
