@@ -189,3 +189,13 @@ def test_init_std_draws_every_linear_small_and_keeps_what_a_mixer_protects():
     assert default.blocks[0].mixer.in_proj.weight.std().item() > 0.05  # PyTorch's default is wider
     with pytest.raises(ValueError, match="init_std"):
         base.replace(init_std=0.0)
+
+
+def test_match_params_takes_the_candidates_own_layer_options():
+    """The 12-layer Grassmann LM matched to the TransformerLM with its one offset per layer."""
+    base = zoo.ModelConfig(vocab_size=64, d_model=64, n_layers=4, d_ff=128)
+    layers = tuple({"offsets": (o,)} for o in (1, 2, 4, 8))
+    m = zoo.match_params(base, "grassmann", knob="auto", layer_options=layers)
+    assert m.config.layer_options == layers and abs(m.rel_diff) <= 0.02
+    back = zoo.match_params(base.replace(mixer="grassmann", layer_options=layers), "attention", knob="auto", tol=0.05)
+    assert back.config.layer_options == ()  # the base's per-layer options are its mixer's

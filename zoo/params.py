@@ -102,8 +102,10 @@ def match_params(base_cfg: ModelConfig, mixer: str, knob: str = "d_model", tol: 
     if knob not in (*KNOBS, "auto"):
         raise ValueError(f"match_params: unknown knob {knob!r}; valid knobs: {[*KNOBS, 'auto']}")
     base_params = config_params(base_cfg, include_embeddings)
-    template = base_cfg.replace(mixer=mixer, mixer_options=dict(mixer_options or {}),
-                                layer_options=(), **overrides)
+    # the base's per-layer options are its mixer's: dropped, unless the overrides give the
+    # candidate's own (the 12-layer Grassmann LM's offsets)
+    template = base_cfg.replace(**{"mixer": mixer, "mixer_options": dict(mixer_options or {}),
+                                   "layer_options": (), **overrides})
     knobs = KNOBS if knob == "auto" else (knob,)
     if template.ffn_width == 0:
         if knob == "d_ff":
