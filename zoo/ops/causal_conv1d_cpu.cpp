@@ -15,34 +15,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "cpu_math.h"
+
 namespace {
 
 using i64 = std::int64_t;
-
-// exp for the SiLU: the float one vectorises through its own polynomial (Cephes' degree 5,
-// as selective_scan_cpu.cpp's), the double one is exact for the tests.
-inline float exp_approx(float x) {
-    const float lo = -87.3f, hi = 88.3f;
-    float xc = lo > x ? lo : x;
-    xc = hi < xc ? hi : xc;
-    const float k = std::nearbyint(xc * 1.44269504088896341f);
-    const float r = std::fma(k, 2.12194440e-4f, std::fma(k, -0.693359375f, xc));
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    const float er = p * r * r + r + 1.0f;
-    const int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
-    float scale;
-    __builtin_memcpy(&scale, &bits, sizeof scale);
-    return x < lo ? 0.0f : er * scale;
-}
-inline double exp_approx(double x) { return std::exp(x); }
-
-template <typename S>
-inline S sigmoid(S v) { return S(1) / (S(1) + exp_approx(-v)); }
+using linbench::sigmoid;
 
 // v_t (before the SiLU) of one batch row at step t, into vt.
 template <typename S>

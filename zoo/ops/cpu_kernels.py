@@ -4,8 +4,8 @@ A kernel is a ``.cpp`` file in this package with plain ``extern "C"`` functions 
 pointers: no torch headers, so it builds in a second or two with the system compiler
 and needs no build step at install time. ``library(name, signatures)`` compiles it once
 into a cache directory (``$LINBENCH_KERNEL_CACHE``, default ~/.cache/linbench/kernels)
-under a name hashed from the source, the flags, the compiler and the CPU, so an edit or
-another machine rebuilds; it compiles to a temporary file and renames it into place, so
+under a name hashed from the source (with the shared headers, cpu_math.h), the flags, the
+compiler and the CPU, so an edit or another machine rebuilds; it compiles to a temporary file and renames it into place, so
 concurrent processes never load a half-written library. Without a compiler, or when the
 build fails, it warns once, naming why, and returns None: callers then run their torch path.
 ``LINBENCH_NO_CPU_KERNELS=1`` and ``fastpath.torch_only()`` turn every kernel off.
@@ -85,6 +85,7 @@ def _build(name: str) -> tuple[ctypes.CDLL | None, str]:
         return None, f"no C++ compiler: {CXX!r} is not on PATH (set CXX)"
     try:
         source = (HERE / name).read_text()  # absent from an install without package data
+        source += "".join(h.read_text() for h in sorted(HERE.glob("*.h")))  # what it may include
         version = subprocess.run([compiler, "--version"], capture_output=True, text=True,
                                  timeout=60).stdout.split("\n")[0]
         key = "\n".join([source, " ".join(FLAGS), compiler, version, _machine()])
