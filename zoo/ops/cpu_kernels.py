@@ -5,8 +5,8 @@ pointers: no torch headers, so it builds in a second or two with the system comp
 and needs no build step at install time. ``library(name, signatures)`` compiles it once
 into a cache directory (``$LINBENCH_KERNEL_CACHE``, default ~/.cache/linbench/kernels)
 under a name hashed from the source (with the shared headers, cpu_math.h), the flags, the
-compiler and the CPU, so an edit or another machine rebuilds; it compiles to a temporary file and renames it into place, so
-concurrent processes never load a half-written library. Without a compiler, or when the
+compiler and the CPU, so an edit or another machine rebuilds; it compiles to a temporary
+file and renames it into place, so concurrent processes never load a half-written library. Without a compiler, or when the
 build fails, it warns once, naming why, and returns None: callers then run their torch path.
 ``LINBENCH_NO_CPU_KERNELS=1`` and ``fastpath.torch_only()`` turn every kernel off.
 
