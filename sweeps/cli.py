@@ -17,6 +17,7 @@ import argparse
 import collections
 import dataclasses
 import os
+import re
 import shutil
 import sys
 import time
@@ -44,15 +45,31 @@ def _key_value(text: str) -> tuple[str, str]:
     return key, value
 
 
+TIME_FORMS = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
+
+
 def _minutes(text: str) -> int:
-    """Minutes, or Slurm's [D-]HH:MM[:SS]."""
-    days, _, clock = text.rpartition("-")
-    parts = [int(p) for p in clock.split(":")]
-    if days or len(parts) == 3:  # D-H[:M[:S]] or H:M:S
-        h, m, s = (parts + [0, 0])[:3]
-    else:  # M[:S]
-        h, (m, s) = 0, (parts + [0])[:2]
-    return int(days or 0) * 1440 + h * 60 + m + (s > 0)
+    """A job's time limit read as sbatch reads ``--time`` (TIME_FORMS: ``2:30`` is two
+    minutes thirty), in whole minutes, seconds rounded up. A malformed value, a field out of
+    range and zero (sbatch: no limit) or less are refused here, not by sbatch later."""
+    match = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time limit: use {TIME_FORMS} (sbatch's --time)")
+    days, first, second, third = (None if g is None else int(g) for g in match.groups())
+    if days is None and third is None:  # MM or MM:SS
+        hours, minutes, seconds = 0, first, second or 0
+        bounded = {"seconds": seconds} if second is not None else {}
+    else:  # HH:MM:SS, or D-HH[:MM[:SS]]
+        hours, minutes, seconds = first, second or 0, third or 0
+        bounded = {"minutes": minutes, "seconds": seconds, **({"hours": hours} if days is not None else {})}
+    for name, value in bounded.items():
+        if value >= (24 if name == "hours" else 60):
+            raise argparse.ArgumentTypeError(f"{text!r}: {name} {value} out of range ({TIME_FORMS})")
+    total = (days or 0) * 1440 + hours * 60 + minutes + (seconds > 0)
+    if total <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a time limit must be above zero (sbatch reads 0 as none); "
+                                         "leave --time out for the default 120 minutes")
+    return total
 
 
 def _positive(kind):
@@ -111,7 +128,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--signal-lead", type=_positive(int), dest="signal_lead_s", metavar="SECONDS",
                    help="send USR1 (checkpoint and requeue) this long before the time limit "
                         "(default: a tenth of --time, 15 s to 5 min)")
-    s.add_argument("--time", type=_minutes, help="limit per job: minutes or [D-]HH:MM[:SS] (default 120); "
+    s.add_argument("--time", type=_minutes, help=f"limit per job, read as sbatch reads it: {TIME_FORMS} "
+                   "(2:30 is 2 min 30 s; default 120 minutes); "
                    "a job that reaches it checkpoints and is requeued")
     s.add_argument("--array-parallelism", type=_positive(int), help="array tasks running at once (default 256)")
     s.add_argument("--max-timeouts", type=int, default=3, help="requeues after time-outs before giving up")

@@ -461,3 +461,21 @@ def test_the_rendezvous_port_is_one_per_job_and_below_the_ephemeral_range(tmp_pa
     assert all(20000 <= p < 32768 for p in picked) and len(picked) > 150  # spread over the range
     assert rendezvous_port("28", str(ports)) == rendezvous_port("28", str(ports))  # every task agrees
     assert 20000 <= rendezvous_port("28", str(tmp_path / "missing")) < 32768  # Linux's default
+
+
+@pytest.mark.parametrize("text, minutes", [
+    ("90", 90), ("2:30", 3), ("2:00", 2), ("1:00:00", 60), ("01:30:01", 91), ("2-0", 2880),
+    ("1-12", 2160), ("1-12:30", 2190), ("0-0:0:1", 1), (" 45 ", 45)])
+def test_time_limits_are_read_as_sbatch_reads_them(text, minutes):
+    assert cli_module._minutes(text) == minutes
+
+
+@pytest.mark.parametrize("text, why", [
+    ("0", "above zero"), ("0:00", "above zero"), ("-5", "not a time limit"), ("1:99", "seconds 99 out of range"),
+    ("1:60:00", "minutes 60 out of range"), ("1-24", "hours 24 out of range"), ("2h", "not a time limit"),
+    ("1:2:3:4", "not a time limit")])
+def test_a_bad_time_limit_is_refused_with_one_line(text, why, capsys):
+    with pytest.raises(SystemExit):
+        cli(["run", "smoke", "--executor", "slurm", "--time", text, "--dry-run"])
+    err = capsys.readouterr().err
+    assert why in err and "Traceback" not in err and ("MM, MM:SS, HH:MM:SS" in err or why == "above zero")
