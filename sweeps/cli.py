@@ -143,6 +143,8 @@ def parser() -> argparse.ArgumentParser:
 
     status = verb("status", "each run: queued, running, partial (step, ETA), ok, failed, diverged ...; time left")
     status.add_argument("--brief", action="store_true", help="list only the runs not yet ok (then the counts)")
+    status.add_argument("--all-ok", action="store_true",
+                        help="exit 1 unless every run is ok (without it: 0 whenever the sweep could be read)")
     logs = verb("logs", "print a run's error and the tail of its job log")
     logs.add_argument("run", help="a run id (or its first characters) or a label")
     logs.add_argument("--lines", type=int, default=40, help="lines of the log's tail (default 40)")
@@ -333,7 +335,7 @@ def cmd_status(args, sweep) -> int:
           + (f" ({stale} record(s) of configs no longer in the sweep)" if stale else "")
           + f"; records in {Path(args.results_dir).resolve() / sweep.name}")
     print(time_left(sweep, {rid: s.status for rid, s in seen.items()}, heartbeats, walls))
-    return 0 if counts["ok"] == len(sweep) else 1
+    return 1 if args.all_ok and counts["ok"] < len(sweep) else 0
 
 
 def _find(args, sweep, key: str, keep=None, what: str = "run"):

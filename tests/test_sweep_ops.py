@@ -79,9 +79,11 @@ def test_a_failed_run_exits_1_and_logs_prints_its_traceback(tmp_path, capsys):
     base = ["--results-dir", str(tmp_path)]
     assert cli(["run", str(path), "--executor", "debug", *base]) == 1
     capsys.readouterr()
-    assert cli(["status", str(path), *base]) == 1
+    assert cli(["status", str(path), *base, "--all-ok"]) == 1
     out = capsys.readouterr().out
     assert "failed" in out and "deliberate failure" in out and f"linbench logs {path} " in out
+    # without --all-ok a sweep that could be read is 0: `status X && plot X && report X` draws it
+    assert cli(["status", str(path), *base]) == 0
     assert cli(["logs", str(path), "broken", *base]) == 0
     out = capsys.readouterr().out
     assert "Traceback" in out and "RuntimeError: deliberate failure" in out
@@ -212,7 +214,8 @@ def test_every_printed_command_pastes_as_is(tmp_path, capsys, monkeypatch):
     assert cli([*argv, "--only", "broken"]) == 1
     status = _command(capsys.readouterr().out, "status")
     assert status == ["linbench", "status", str(path), "--results-dir", res]
-    assert cli(status[1:]) == 1  # finds the failed run where it is
+    assert cli(status[1:]) == 0 and "failed" in capsys.readouterr().out  # finds the failed run where it is
+    assert cli([*status[1:], "--all-ok"]) == 1
     logs = _command(capsys.readouterr().out, "logs")
     assert cli(logs[1:]) == 0 and "RuntimeError: deliberate failure" in capsys.readouterr().out
     assert cli(["logs", str(path), "nope", "--results-dir", res]) == 2
@@ -257,7 +260,7 @@ def test_status_names_lost_runs_waiting_reasons_reading_ages_and_ok_runs(tmp_pat
     # and a job Slurm will never start as submitted
     monkeypatch.setattr(cli_module, "flights", lambda *a: {big: ("queued", "PartitionConfig")})
     capsys.readouterr()
-    assert cli(["status", str(path), *base]) == 1
+    assert cli(["status", str(path), *base, "--all-ok"]) == 1
     lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith("  ")}
     assert " ok " in lines[done] and "loss" in lines[done] and " in 0:00:0" in lines[done]  # listed, with its result
     assert " lost " in lines[killed] and "step 5/8" in lines[killed] and "(2 min ago)" in lines[killed]
@@ -267,7 +270,7 @@ def test_status_names_lost_runs_waiting_reasons_reading_ages_and_ok_runs(tmp_pat
     assert " queued " in lines[big] and "(Slurm: PartitionConfig; Slurm will not start it as submitted" in lines[big]
     # --brief: the same lines for the runs not yet ok, and the same counts
     full = lines
-    assert cli(["status", str(path), *base, "--brief"]) == 1
+    assert cli(["status", str(path), *base, "--brief", "--all-ok"]) == 1
     out = capsys.readouterr().out
     brief = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
     assert brief == {rid: line for rid, line in full.items() if rid != done} and "1 ok" in out
@@ -311,7 +314,7 @@ def test_kill_9_after_a_checkpoint_then_run_resumes_to_identical_numbers(tmp_pat
     proc.wait()
     _wait_for(lambda: not is_running(ckpt.parent), timeout=10)  # the kernel drops its lock
     assert not records(tmp_path / "a", "ops")
-    assert cli(["status", str(path), "--results-dir", str(tmp_path / "a")]) == 1
+    assert cli(["status", str(path), "--results-dir", str(tmp_path / "a"), "--all-ok"]) == 1
     out = capsys.readouterr().out
     assert "1 lost" in out and "its process died without a record" in out and "resumes from it" in out
     assert cli(["run", str(path), "--executor", "local", "--results-dir", str(tmp_path / "a")]) == 0

@@ -271,7 +271,7 @@ def test_cli_run_status_and_dry_run(tmp_path, capsys):
     res = str(tmp_path / "res")
     assert cli(["run", str(path), "--executor", "debug", "--results-dir", res]) == 1  # one failed
     capsys.readouterr()
-    assert cli(["status", str(path), "--results-dir", res]) == 1
+    assert cli(["status", str(path), "--results-dir", res, "--all-ok"]) == 1
     out = capsys.readouterr().out
     assert "1 ok" in out and "1 failed" in out and "deliberate failure" in out
     assert cli(["run", str(path), "--dry-run", "--results-dir", res]) == 0
@@ -338,5 +338,5 @@ def test_status_from_another_directory_finds_the_records(tmp_path, capsys, monke
     assert cli(["status", str(path)]) == 0
     out = capsys.readouterr().out
     assert "1 runs: 1 ok" in out and f"records in {home / 'results' / 'here'}" in out
-    assert cli(["status", str(path), "--results-dir", str(elsewhere / "results")]) == 1  # as named
+    assert cli(["status", str(path), "--results-dir", str(elsewhere / "results"), "--all-ok"]) == 1  # as named
     assert "1 not run" in capsys.readouterr().out
