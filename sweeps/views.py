@@ -126,6 +126,17 @@ def planned_tokens(config) -> float:
     return float(tokens) if tokens else float("nan")
 
 
+def _eta(beat: dict) -> float | None:
+    """A heartbeat's training time left: its ETA while it runs; for a run that stopped
+    (cancelled, timed out: its ETA reads 0), the steps from its last checkpoint to the end
+    at the rate it ran."""
+    if beat.get("status", "running") == "running":
+        return beat.get("eta_s")
+    rate, steps = beat.get("steps_per_s"), beat.get("steps")
+    done = beat.get("checkpoint_step") or 0  # what a resumed run starts from
+    return max(0.0, (steps - done) / rate) if rate and steps else None
+
+
 def time_left(sweep, states: dict[str, str], heartbeats: dict[str, dict], walls: dict[str, float]) -> str:
     """The training time the runs a later `run` would train still need, summed over runs
     (so divide by --parallel): a run with a heartbeat by its ETA, any other from the
@@ -147,7 +158,7 @@ def time_left(sweep, states: dict[str, str], heartbeats: dict[str, dict], walls:
     tokens = np.array([planned_tokens(run.config) for run in sweep.runs])  # (runs,) NaN: unknown
     seconds, how = 0.0, collections.Counter()
     for i in todo:
-        eta = (heartbeats.get(sweep.runs[i].run_id) or {}).get("eta_s")
+        eta = _eta(heartbeats.get(sweep.runs[i].run_id) or {})
         own = finished & (labels == labels[i])
         peers = own if own.any() else finished
         if eta is not None:

@@ -155,6 +155,12 @@ def test_time_left_uses_a_heartbeat_else_the_nearest_finished_runs_and_says_whic
     line = time_left(sweep, states, {a3.run_id: {"eta_s": 100.0}, b1.run_id: {"eta_s": 39.0}}, {})
     assert line == "left: 2 run(s), about 2 min of training summed over runs (2 by heartbeat ETA)"
     assert time_left(sweep, dict.fromkeys(states, "ok"), {}, ok) == "left: nothing"
+    # a run stopped part-way (cancelled: its ETA reads 0) counts its steps from its last
+    # checkpoint at the rate it ran: (100 - 40) steps at 0.1 a second, 10 min
+    stopped = {"status": "stopped", "step": 45, "steps": 100, "checkpoint_step": 40, "steps_per_s": 0.1,
+               "eta_s": 0.0}
+    line = time_left(sweep, states, {a3.run_id: stopped, b1.run_id: {"eta_s": 0.0, "status": "running"}}, {})
+    assert line == "left: 2 run(s), about 10 min of training summed over runs (2 by heartbeat ETA)"
     # a run of a label whose finished runs all differ from it in two fields (seed and
     # step_delay): their median, 2 h, said to be rough (another length or task costs more)
     a4 = toy("a", seed=5, step_delay=0.7)
