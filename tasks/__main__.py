@@ -10,7 +10,7 @@ import argparse
 import json
 
 from . import TASKS
-from .engine.cli import add_run_arguments, run_from_cli
+from .engine.cli import add_run_arguments, config_from_sets, run_from_cli
 
 SUMMARY = ("status", "mixer", "accuracy", "best_val_ppl", "test_ppl", "test_accuracy", "steps", "wall_time")
 
@@ -26,7 +26,10 @@ def main(argv=None) -> dict:
     add_run_arguments(ap)
     args = ap.parse_args(argv)
     config_class, run = TASKS[args.task]
-    cfg = config_class().replace(seed=args.seed)
+    try:  # a bad --set is one line, not a traceback
+        cfg = config_from_sets(config_class, args.set, seed=args.seed)
+    except (ValueError, TypeError) as exc:
+        ap.error(str(exc))
     return run_from_cli(cfg, args, run, summary)
 
 

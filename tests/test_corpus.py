@@ -101,3 +101,17 @@ def test_a_run_from_local_files_has_the_wikitext2_record(corpus_dir, tmp_path):
               "val_ppl_history", "train_loss_history", "best_val_ppl", "test_ppl", "precision", "world_size",
               "train_flops_per_token", "tokenizer", "data_source", "setting"}
     assert shared <= set(rec)
+
+
+def test_the_documented_command_line_builds_its_config_from_the_sets(corpus_dir, capsys):
+    """`python -m tasks corpus --set source=... --set budget_tokens=...`: the corpus config has
+    no valid default source, so the command line's values go in before it is validated."""
+    from tasks.__main__ import main
+    from tasks.engine.cli import config_from_sets
+
+    cfg = config_from_sets(CorpusConfig, [f"source={corpus_dir}", "budget_tokens=2000"], seed=3)
+    assert cfg.source == str(corpus_dir) and cfg.budget_tokens == 2000 and cfg.seed == 3
+    with pytest.raises(SystemExit):
+        main(["corpus", "--set", f"source={corpus_dir}", "--set", "budget_tokens=oops"])
+    err = capsys.readouterr().err
+    assert "budget_tokens='oops' must be an int" in err and "Traceback" not in err

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import ast
 import csv
+import dataclasses
 import json
 from pathlib import Path
 
@@ -14,7 +15,12 @@ from . import parallel
 def apply_sets(cfg, sets: list[str]):
     """A config with ``a.b=value`` overrides applied (values parsed as JSON, else kept
     as strings); unknown keys fail in the config's own from_dict."""
-    data = cfg.to_dict()
+    return type(cfg).from_dict(set_values(cfg.to_dict(), sets))
+
+
+def set_values(data: dict, sets: list[str]) -> dict:
+    """``data`` (a config as a dict) with the ``a.b=value`` overrides written in."""
+    data = json.loads(json.dumps(data, default=list))  # a copy; tuples as lists, as to_dict gives them
     for item in sets:
         key, _, text = item.partition("=")
         try:
@@ -26,8 +32,21 @@ def apply_sets(cfg, sets: list[str]):
         for part in path:
             node = node.setdefault(part, {})
         node[last] = value
-    return type(cfg).from_dict(data)
+    return data
 
+
+def config_from_sets(config_class, sets: list[str], **fields):
+    """``config_class`` from its defaults, ``fields`` and the ``--set`` overrides, validated
+    once with all of them in: a config whose default is not valid on its own (the corpus
+    task's empty ``source``) is built from what the command line says."""
+    data = {}
+    for f in dataclasses.fields(config_class):
+        if f.default is not dataclasses.MISSING:
+            data[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            value = f.default_factory()
+            data[f.name] = value.to_dict() if hasattr(value, "to_dict") else value
+    return config_class.from_dict(set_values({**data, **fields}, sets))
 
 
 def add_run_arguments(ap: argparse.ArgumentParser) -> None:
