@@ -511,6 +511,19 @@ def results_dir_for(sweep, given: str | None) -> str:
     return str(found.resolve()) if found != Path("results") else "results"
 
 
+def check_results_dir(path: str, write: bool) -> None:
+    """Refuse, in one line, a RESULTS_DIR that cannot hold records: a file on its path, or
+    (for a verb that writes) a folder this user cannot write to."""
+    here = Path(path).resolve()
+    for part in [here, *here.parents]:
+        if part.exists() and not part.is_dir():
+            raise SweepError(f"results dir {path}: {part} is a file, not a folder; pass --results-dir DIR")
+    existing = next(p for p in [here, *here.parents] if p.exists())
+    if write and not os.access(existing, os.W_OK):
+        raise SweepError(f"results dir {path}: {existing} is not writable here; pass --results-dir DIR "
+                         "on a writable filesystem")
+
+
 def main(argv=None) -> int:
     p = parser()
     args = p.parse_args(argv)
@@ -525,6 +538,7 @@ def main(argv=None) -> int:
         args.hints = Hints(args.sweep, args.results_dir, run_options(p.run_verb, args) if args.verb == "run" else (),
                            tuple(getattr(args, "only", None) or ()))
         args.results_dir = results_dir_for(sweep, args.results_dir)
+        check_results_dir(args.results_dir, write=args.verb in ("run", "cancel", "export", "report"))
         verbs = {"run": cmd_run, "status": cmd_status, "logs": cmd_logs, "cancel": cmd_cancel, "export": cmd_export,
                  "report": cmd_report, "sample": cmd_sample}
         return verbs[args.verb](args, sweep)

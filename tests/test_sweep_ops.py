@@ -488,3 +488,17 @@ def test_a_bad_time_limit_is_refused_with_one_line(text, why, capsys):
         cli(["run", "smoke", "--executor", "slurm", "--time", text, "--dry-run"])
     err = capsys.readouterr().err
     assert why in err and "Traceback" not in err and ("MM, MM:SS, HH:MM:SS" in err or why == "above zero")
+
+
+def test_a_results_dir_that_is_a_file_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
+    path = sweep_file(tmp_path, 'RunConfig("toy", {"train": train}, "one")')
+    (tmp_path / "results.txt").write_text("not a folder")
+    for verb in ("run", "status", "report", "export"):
+        argv = [verb, str(path), "--results-dir", str(tmp_path / "results.txt" / "deeper")]
+        assert cli([*argv, *(["--executor", "debug"] if verb == "run" else [])]) == 2
+        err = capsys.readouterr().err
+        assert "results.txt is a file, not a folder" in err and "Traceback" not in err
+    monkeypatch.setattr(cli_module.os, "access", lambda p, mode: False)  # a read-only filesystem
+    assert cli(["run", str(path), "--executor", "debug", "--results-dir", str(tmp_path / "r")]) == 2
+    assert "is not writable here" in capsys.readouterr().err
+    assert cli(["status", str(path), "--results-dir", str(tmp_path / "r")]) == 0  # reading needs no write
