@@ -10,6 +10,7 @@ import json
 import math
 import os
 import uuid
+import warnings
 from pathlib import Path
 
 STATUSES = ("ok", "failed", "diverged", "oom", "timeout")
@@ -45,23 +46,63 @@ def write_record(path: str | Path, record: dict) -> Path:
     return path
 
 
+# Scores a record's metrics hold as numbers wherever they appear.
+NUMERIC_METRICS = ("test_ppl", "val_ppl", "best_val_ppl", "accuracy", "test_accuracy", "loss", "final_loss",
+                   "wall_time")
+
+
+def record_problem(rec) -> str | None:
+    """Why a record read from disk cannot be used (None when it can): not an object, a
+    status outside STATUSES, metrics or config that are not objects, a score that is not a
+    number. A run whose record is damaged is shown as such and rerun, never counted."""
+    if not isinstance(rec, dict):
+        return f"a JSON {type(rec).__name__}, not an object"
+    if rec.get("status") not in STATUSES:
+        return f"status {rec.get('status')!r} is not one of {list(STATUSES)}"
+    for part in ("metrics", "config"):
+        if not isinstance(rec.get(part, {}), dict):
+            return f"{part} is a {type(rec[part]).__name__}, not an object"
+    bad = [k for k in NUMERIC_METRICS if k in (rec.get("metrics") or {})
+           and not isinstance(rec["metrics"][k], (int, float, type(None)))]
+    return f"metrics {bad} are not numbers" if bad else None
+
+
 def read_record(path: str | Path) -> dict | None:
+    """The record at ``path``, or None when there is none or it is damaged (``read_checked``
+    says why)."""
+    rec, _ = read_checked(path)
+    return rec
+
+
+def read_checked(path: str | Path) -> tuple[dict | None, str | None]:
+    """(record, None), (None, None) where no file is, or (None, why) for a damaged one."""
     try:
         with open(path) as f:
-            return json.load(f)
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
+            text = f.read()
+    except FileNotFoundError:
+        return None, None
+    if not text.strip():
+        return None, "empty"
+    try:
+        rec = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, f"not valid JSON ({exc.msg} at line {exc.lineno})"
+    why = record_problem(rec)
+    return (None, why) if why else (rec, None)
 
 
 def load_records(sweep_dir: str | Path, run_ids=None) -> list[dict]:
-    """Every record in a sweep folder (only those of ``run_ids`` when given)."""
+    """Every usable record in a sweep folder (only those of ``run_ids`` when given); a
+    damaged one is left out with a warning that names its file and why."""
     wanted = set(run_ids) if run_ids is not None else None
     out = []
     for path in sorted(Path(sweep_dir).glob("*.json")):
         if wanted is not None and path.stem not in wanted:
             continue
-        rec = read_record(path)
-        if rec is not None:
+        rec, why = read_checked(path)
+        if why:
+            warnings.warn(f"{path}: damaged record ({why}), left out", stacklevel=2)
+        elif rec is not None:
             out.append(rec)
     return out
 

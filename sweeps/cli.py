@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from results.layout import record_path, workdir_for
-from results.records import load_records, read_record
+from results.records import load_records, read_checked, read_record
 from tasks.engine.progress import format_line, read_progress
 from tasks.engine.runs import REPO
 from tasks.published import PUBLISHED
@@ -276,13 +276,16 @@ def _survey(args, sweep, ledger: dict | None = None) -> dict[str, Seen]:
     flying = flights(args.results_dir, sweep.name, [run.run_id for run in sweep.runs], ledger)
     out = {}
     for run in sweep.runs:
-        rec = read_record(record_path(args.results_dir, sweep.name, run.run_id)) or {}
+        path = record_path(args.results_dir, sweep.name, run.run_id)
+        rec, damage = read_checked(path)
+        rec = rec or {}
         workdir = workdir_for(args.results_dir, sweep.name, run.run_id)
         progress = None if rec else read_progress(workdir)
         state, reason = flying.get(run.run_id, (None, ""))
-        status = (rec.get("status") or state or ("lost" if (progress or {}).get("status") == "running" else
+        status = (rec.get("status") or state or ("damaged" if damage else
+                                                   "lost" if (progress or {}).get("status") == "running" else
                                                    "partial" if (workdir / "checkpoint.pt").exists() else "not run"))
-        out[run.run_id] = Seen(status, rec, progress, reason)
+        out[run.run_id] = Seen(status, rec, progress, f"{path}: {damage}" if damage else reason)
     return out
 
 
@@ -305,6 +308,8 @@ def _detail(args, sweep, run, seen: Seen, ledger: dict) -> list[str]:
         detail.append("- its process died without a record; "
                       + (f"{'its checkpoint' if at is None else f'the checkpoint of step {at}'} is kept and "
                          f"`{rerun}` resumes from it" if ckpt.exists() else f"no checkpoint: `{rerun}` starts it again"))
+    if status == "damaged":
+        detail.append(f"- {seen.reason}; `linbench run` trains it again (delete or fix the file first)")
     if status == "unknown":
         detail.append("(squeue did not answer: its Slurm job may still be queued or running)")
     if status == "queued" and seen.reason:

@@ -47,8 +47,8 @@ def outcome(record: dict) -> str:
     metrics = record.get("metrics") or {}
     name = next((k for k in OUTCOMES if isinstance(metrics.get(k), (int, float))), None)
     wall = metrics.get("wall_time") or (record.get("provenance") or {}).get("wall_time")
-    return " ".join([f"{name} {metrics[name]:.4g}"] * (name is not None)
-                    + [f"in {format_duration(wall)}"] * bool(wall))
+    parts = [f"{name} {metrics[name]:.4g}"] if name is not None else []
+    return " ".join(parts + ([f"in {format_duration(wall)}"] if wall else []))
 
 
 def _flatten(obj, prefix="") -> dict:

@@ -39,8 +39,8 @@ def test_record_values_become_plain_json(tmp_path):
 def _writer(args):
     path, k = args
     for i in range(30):
-        write_record(path, {"writer": k, "i": i, "pad": "x" * 20_000})  # big enough to tear if not atomic
-        write_record(Path(path).with_name(f"own{k}.json"), {"writer": k, "i": i})
+        write_record(path, {"status": "ok", "writer": k, "i": i, "pad": "x" * 20_000})  # big enough to tear if not atomic
+        write_record(Path(path).with_name(f"own{k}.json"), {"status": "ok", "writer": k, "i": i})
     return k
 
 

@@ -5,6 +5,7 @@ real Slurm is in tests/test_slurm.py."""
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import shlex
@@ -19,6 +20,7 @@ import pytest
 from sweeps import cli as cli_module
 from sweeps.cli import main as cli
 from results.layout import workdir_for
+from results.records import load_records
 from sweeps import ledger as ledger_module
 from sweeps.ledger import is_running, never_starts, read_ledger, record_submissions
 from sweeps.views import time_left
@@ -502,3 +504,34 @@ def test_a_results_dir_that_is_a_file_is_refused_in_one_line(tmp_path, capsys, m
     assert cli(["run", str(path), "--executor", "debug", "--results-dir", str(tmp_path / "r")]) == 2
     assert "is not writable here" in capsys.readouterr().err
     assert cli(["status", str(path), "--results-dir", str(tmp_path / "r")]) == 0  # reading needs no write
+
+
+def test_damaged_records_are_named_shown_as_damaged_and_trained_again(tmp_path, capsys):
+    path = sweep_file(tmp_path, *(f'RunConfig("toy", {{"seed": {s}, "train": train}}, "t{s}")' for s in range(6)))
+    base = ["--results-dir", str(tmp_path)]
+    assert cli(["run", str(path), "--executor", "debug", *base]) == 0
+    runs = cli_module.load_sweep(path).runs
+    folder = tmp_path / "ops"
+    damage = {runs[0].run_id: '{"run_id": "x", "sta', runs[1].run_id: "[]", runs[2].run_id: "",
+              runs[3].run_id: ("metrics", "loss", "high"), runs[4].run_id: ("status", None, "okay")}
+    for rid, text in damage.items():
+        if isinstance(text, tuple):  # a score that is not a number, a status no one writes
+            rec = json.loads((folder / f"{rid}.json").read_text())
+            part, key, value = text
+            if key:
+                rec[part][key] = value
+            else:
+                rec[part] = value
+            text = json.dumps(rec)
+        (folder / f"{rid}.json").write_text(text)
+    capsys.readouterr()
+    assert cli(["status", str(path), *base]) == 0
+    out = capsys.readouterr().out
+    assert out.count("damaged") >= 5 and "not valid JSON" in out and "a JSON list, not an object" in out
+    assert "empty" in out and "metrics ['loss'] are not numbers" in out and "status 'okay' is not one of" in out
+    assert "6 runs: 5 damaged, 1 ok" in out
+    with pytest.warns(UserWarning, match=f"{runs[1].run_id}.json: damaged record"):
+        assert len(load_records(folder)) == 1
+    assert cli(["report", str(path), *base]) == 0  # no crash; the damaged ones are left out, named
+    assert cli(["run", str(path), "--executor", "debug", *base]) == 0  # trained again
+    assert len(load_records(folder)) == 6

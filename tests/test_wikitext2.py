@@ -233,13 +233,44 @@ def test_the_6_layer_sweep_reads_each_model_at_its_best_lr():
     for label, check in (("grassmann gated_residual", lambda m: m.mixer_options["mixing"] == "gated_residual"),
                          ("grassmann pre-LN", lambda m: m.block == "prenorm")):
         mine = [c for (l, *_), c in runs.items() if l == label]
-        assert all(check(c.model) and c.train.lr == module.BEST_LR["grassmann"] for c in mine)
-        assert sorted(c.seed for c in mine) == list(module.READING_SEEDS[label])
+        assert all(check(c.model) for c in mine)
+        seeded = [c for c in mine if c.train.lr == module.BEST_LR["grassmann"]]
+        assert sorted(c.seed for c in seeded) == list(module.READING_SEEDS[label])
     assert module.READING_SEEDS["grassmann gated_residual"] == (0, 1, 2)  # the reading that turns a verdict
+    # every reading, pre-LN attention and the small-init controls get their own bracket at seed 0
+    for label in module.READING_LRS:
+        assert {lr for (l, seed, lr) in runs if l == label and seed == 0} == set(module.LRS), label
+    for label in ("attention pre-LN", "attention pre-LN small init", "grassmann pre-LN small init"):
+        models = [runs[k].model for k in runs if k[0] == label]
+        assert all(m.block == "prenorm" and m.init_std == (0.02 if "small" in label else None) for m in models)
     params = {zoo.config_params(c.model.replace(vocab_size=8192)) - 8192 * c.model.d_model - 128 * c.model.d_model
               for c in runs.values()}
     assert max(params) / min(params) < 1.04  # each within 2 % of attention's
-    assert len(sweep.runs) == 16 + sum(len(rates) for rates in module.EDGE.values())
+    brackets = sum(len(module.LRS) - (label in module.READINGS) for label in module.READING_LRS)
+    assert len(sweep.runs) == 16 + sum(len(rates) for rates in module.EDGE.values()) + brackets
+
+
+def test_the_12_layer_sweep_reads_depth_in_both_blocks():
+    """sweeps/shipped/wikitext2_12L_cpu.py: attention and the 12-layer Grassmann LM (one offset
+    per layer) at 1e-3 in the post-LN and the pre-LN block, matched to attention; the pre-LN
+    pair over the bracket at seed 0 and 3 seeds at its best."""
+    from sweeps.spec import load_sweep
+    from tasks.wikitext2 import GRASSMANN_12L_OFFSETS
+
+    sweep = load_sweep("wikitext2_12L_cpu")
+    module = __import__("linbench_sweep_wikitext2_12L_cpu")
+    runs = {(r.label, r.config.seed, r.config.train.lr): r.config for r in sweep.runs}
+    for (label, seed, lr), c in runs.items():
+        m = c.model
+        assert (m.n_layers, c.seq_len, m.block) == (12, 256, "prenorm" if "pre-LN" in label else "postnorm")
+        if m.mixer == "grassmann":
+            assert [o["offsets"] for o in m.layer_options] == [(o,) for o in GRASSMANN_12L_OFFSETS]
+    for label in module.PRE:
+        assert {lr for (l, seed, lr) in runs if l == label and seed == 0} == set(module.LRS)
+        assert {seed for (l, seed, lr) in runs if l == label and lr == module.BEST_LR[label]} == {0, 1, 2}
+    assert {("attention", 0, 1e-3), ("grassmann", 0, 1e-3)} <= set(runs) and len(sweep.runs) == 12
+    params = [zoo.config_params(c.model, include_embeddings=False) for c in runs.values()]
+    assert max(params) / min(params) < 1.02
 
 
 @needs_data
