@@ -72,15 +72,16 @@ def _minutes(text: str) -> int:
     return total
 
 
-def _positive(kind):
-    """An argparse type: a number of ``kind`` above 0, refused here (not by sbatch later)."""
+def _positive(kind, hint: str = ""):
+    """An argparse type: a number of ``kind`` above 0, refused here (not by sbatch later),
+    with ``hint`` after the refusal of one that is not."""
     def parse(text: str):
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
         if not value > 0:
-            raise argparse.ArgumentTypeError(f"{text} must be > 0")
+            raise argparse.ArgumentTypeError(f"{text} must be > 0{hint}")
         return value
     return parse
 
@@ -115,7 +116,8 @@ def parser() -> argparse.ArgumentParser:
                      help="run diverged runs again (by default a diverged run is final)")
     s = run.add_argument_group("slurm")
     s.add_argument("--partition")
-    s.add_argument("--gpus", type=_positive(int), help="GPUs per node of a job")
+    s.add_argument("--gpus", type=_positive(int, "; on a CPU partition leave --gpus out"),
+                   help="GPUs per node of a job (leave it out on a CPU partition)")
     run.add_argument("--log", choices=["tensorboard", "wandb"],
                      help="live curves of every run (loss, lr, tokens/s, validation, backends) under "
                           "RESULTS_DIR/SWEEP/logs/; needs that package")

@@ -535,3 +535,9 @@ def test_damaged_records_are_named_shown_as_damaged_and_trained_again(tmp_path, 
     assert cli(["report", str(path), *base]) == 0  # no crash; the damaged ones are left out, named
     assert cli(["run", str(path), "--executor", "debug", *base]) == 0  # trained again
     assert len(load_records(folder)) == 6
+
+
+def test_gpus_0_says_to_leave_the_flag_out_on_a_cpu_partition(capsys):
+    with pytest.raises(SystemExit):
+        cli(["run", "smoke", "--executor", "slurm", "--gpus", "0", "--dry-run"])
+    assert "0 must be > 0; on a CPU partition leave --gpus out" in capsys.readouterr().err
