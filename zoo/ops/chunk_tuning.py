@@ -8,13 +8,11 @@ are wanted, on the first input of each shape in the process, at every size in
 keeps the fastest (``zoo.ops.fastpath.fastest``: interleaved rounds, best of each).
 
 The defaults stay fixed numbers, so that two runs of one config compute the same bits;
-they are what this measured on a 2-core AMD EPYC (one layer of the training-step
-benchmark's LM, forward and backward, one thread): at L 256, d 128, batch 64 the fastest
-were 16 for Gated DeltaNet, GLA and RWKV-6, 32 for RetNet and 64 for Mamba-2; at L 64,
-d 64 the same but RWKV-6 at 64 and RetNet at 16. A measured choice differs between
-machines, so a mixer records the size it ran with (``Mixer.chunk_size_used``, in every
-record's ``chunk_sizes``) and a resumed run takes the recorded one rather than measuring
-again (tasks.engine.train).
+they were set from what this measures, written down by ``python -m
+tasks.benchmarks.chunk_sizes`` in results/reference/chunk_sizes_cpu.csv (docs/performance.md
+reads it). A measured choice differs between machines, so a mixer records the size it ran
+with (``Mixer.chunk_size_used``, in every record's ``chunk_sizes``) and a resumed run takes
+the recorded one rather than measuring again (tasks.engine.train).
 """
 from __future__ import annotations
 
