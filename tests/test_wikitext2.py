@@ -239,7 +239,8 @@ def test_the_6_layer_sweep_reads_each_model_at_its_best_lr():
     assert module.READING_SEEDS["grassmann gated_residual"] == (0, 1, 2)  # the reading that turns a verdict
     # every reading, pre-LN attention and the small-init controls get their own bracket at seed 0
     for label in module.READING_LRS:
-        assert {lr for (l, seed, lr) in runs if l == label and seed == 0} == set(module.LRS), label
+        bracket = {*module.LRS, *module.READING_EDGE.get(label, ())}
+        assert {lr for (l, seed, lr) in runs if l == label and seed == 0} == bracket, label
     for label in ("attention pre-LN", "attention pre-LN small init", "grassmann pre-LN small init"):
         models = [runs[k].model for k in runs if k[0] == label]
         assert all(m.block == "prenorm" and m.init_std == (0.02 if "small" in label else None) for m in models)
@@ -247,7 +248,8 @@ def test_the_6_layer_sweep_reads_each_model_at_its_best_lr():
               for c in runs.values()}
     assert max(params) / min(params) < 1.04  # each within 2 % of attention's
     brackets = sum(len(module.LRS) - (label in module.READINGS) for label in module.READING_LRS)
-    assert len(sweep.runs) == 16 + sum(len(rates) for rates in module.EDGE.values()) + brackets
+    edges = sum(len(rates) for rates in (*module.EDGE.values(), *module.READING_EDGE.values()))
+    assert len(sweep.runs) == 16 + edges + brackets
 
 
 def test_the_12_layer_sweep_reads_depth_in_both_blocks():
