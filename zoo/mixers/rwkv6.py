@@ -101,16 +101,12 @@ class RWKV6(Mixer):
         B, L, D = x.shape
         H, K = self.n_heads, self.head_size
         before = F.pad(x, (0, 0, 1, -1)) if prev is None else torch.cat([prev, x[:, :-1]], 1)
-        dx = before - x  # x_{t-1} - x_t, zero state before t = 0
-        xx = x + dx * self.time_maa_x
-        mix = torch.tanh(xx @ self.time_maa_w1).view(B, L, 5, -1)  # (B, L, 5, R)
-        mix = torch.einsum("blfr,frd->fbld", mix, self.time_maa_w2)  # (5, B, L, D)
-        xw, xk, xv, xr, xg = x + dx * (self.time_maa[:, None, None] + mix)  # each (B, L, D)
+        xw, xk, xv, xr, xg = self._shift(x, before - x)  # before - x: x_{t-1} - x_t
 
         r, k, v = self.receptance(xr), self.key(xk), self.value(xv)
         g = F.silu(self.gate(xg))
         w = self.time_decay + torch.tanh(xw @ self.time_decay_w1) @ self.time_decay_w2
-        w = -torch.exp(w.float())  # log decay <= 0, kept in fp32: it is summed over time
+        w = -torch.exp(w.to(torch.promote_types(w.dtype, torch.float32)))  # log decay <= 0, at least fp32: it is summed over time
 
         def heads(t):  # (B, L, D) -> (B, H, L, K)
             return t.view(B, L, H, K).transpose(1, 2)
@@ -125,6 +121,17 @@ class RWKV6(Mixer):
                                 output_final_state=S0 is not None, length=L)  # (B, H, L, K)
         y = self.ln_x(y.transpose(1, 2).reshape(B * L, D)).view(B, L, D)
         return self.output(y * g), S
+
+    def _shift(self, x: torch.Tensor, dx: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The five ddlerp interpolations x + dx * (maa_f + tanh(xx W1)_f W2_f) of x and
+        dx (B, L, D), one (B, L, D) tensor per target f: fused multiply-adds per target
+        rather than one (5, B, L, D) stack, whose 40 MB temporaries cost a pass each way
+        and a fresh page-in of the heap as it grows."""
+        B, L, D = x.shape
+        xx = torch.addcmul(x, dx, self.time_maa_x)
+        lora = torch.tanh(xx.view(B * L, D) @ self.time_maa_w1).view(B * L, 5, -1)  # (B*L, 5, R)
+        return tuple(torch.addcmul(x, dx, torch.addmm(maa, h, w2).view(B, L, D))  # maa + h W2 in one matmul
+                     for maa, h, w2 in zip(self.time_maa.unbind(0), lora.unbind(1), self.time_maa_w2.unbind(0)))
 
     def core_flops(self, B: int, L: int) -> float:
         # The low-rank ddlerp and decay matrices (plain Parameters, not nn.Linear: counted
