@@ -192,3 +192,24 @@ def test_intra_chunk_scores_split_only_where_safe(monkeypatch, C):
     assert torch.isfinite(got).all()
     torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-5)
     assert (got.triu() == 0).all()
+
+
+def test_ddlerp_equals_its_reference_in_outputs_and_every_gradient():
+    """The token shift's fused backward against plain ops, in float64, with one target's
+    output unused (its gradient None) as when a caller drops it."""
+    from zoo.ops.rwkv6 import ddlerp, ddlerp_ref
+
+    torch.manual_seed(0)
+    x, dx = (torch.randn(3, 7, 5, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    mixes = [torch.randn(3, 7, 5, dtype=torch.float64, requires_grad=True) for _ in range(5)]
+    inputs = (x, dx, *mixes)
+    grads = [torch.randn(3, 7, 5, dtype=torch.float64) for _ in range(4)]
+
+    def run(fn):
+        outs = fn(x, dx, mixes)
+        return outs, torch.autograd.grad(outs[:4], inputs, grads, materialize_grads=True)  # the last unused
+
+    (got, got_grads), (want, want_grads) = run(ddlerp), run(ddlerp_ref)
+    for g, w in zip((*got, *got_grads), (*want, *want_grads)):
+        torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda *t: ddlerp(t[0], t[1], t[2:]), inputs)

@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..ops.rwkv6 import recurrent_backend, rwkv6_backend, rwkv6_recurrent, rwkv6_scan
+from ..ops.rwkv6 import ddlerp, recurrent_backend, rwkv6_backend, rwkv6_recurrent, rwkv6_scan
 from .base import Mixer, check_chunk_size, check_positive, chunked_linear_attention_flops
 
 
@@ -130,8 +130,9 @@ class RWKV6(Mixer):
         B, L, D = x.shape
         xx = torch.addcmul(x, dx, self.time_maa_x)
         lora = torch.tanh(xx.view(B * L, D) @ self.time_maa_w1).view(B * L, 5, -1)  # (B*L, 5, R)
-        return tuple(torch.addcmul(x, dx, torch.addmm(maa, h, w2).view(B, L, D))  # maa + h W2 in one matmul
-                     for maa, h, w2 in zip(self.time_maa.unbind(0), lora.unbind(1), self.time_maa_w2.unbind(0)))
+        mixes = [torch.addmm(maa, h, w2).view(B, L, D)  # maa + h W2 in one matmul
+                 for maa, h, w2 in zip(self.time_maa.unbind(0), lora.unbind(1), self.time_maa_w2.unbind(0))]
+        return ddlerp(x, dx, mixes)
 
     def core_flops(self, B: int, L: int) -> float:
         # The low-rank ddlerp and decay matrices (plain Parameters, not nn.Linear: counted

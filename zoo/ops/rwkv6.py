@@ -54,6 +54,40 @@ FUSED_RECURRENT_RWKV6 = Kernel("fla.ops.rwkv6", "fused_recurrent_rwkv6", "flash-
                                "the (B, L, H, K) layout; 0.1.x read it as head-first")
 
 
+def ddlerp(x: torch.Tensor, dx: torch.Tensor, mixes) -> tuple[torch.Tensor, ...]:
+    """RWKV-6's token-shift interpolations x + dx * m for each m of ``mixes``, all (B, L, D).
+    Its backward sums the targets' gradients into x's and dx's in place, one pass per
+    target, where autograd's addcmul would spend four (it also scales by the multiplier 1).
+    ``ddlerp_ref`` is the same in plain torch ops."""
+    return _DDLerp.apply(x, dx, *mixes)
+
+
+def ddlerp_ref(x, dx, mixes):
+    """``ddlerp`` as plain tensor ops."""
+    return tuple(x + dx * m for m in mixes)
+
+
+class _DDLerp(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, dx, *mixes):
+        ctx.save_for_backward(dx, *mixes)
+        return tuple(torch.addcmul(x, dx, m) for m in mixes)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        dx, *mixes = ctx.saved_tensors
+        gx = gdx = None
+        for g, m in zip(grads, mixes):  # a target whose output went unused has g None
+            if g is None:
+                continue
+            if gx is None:
+                gx, gdx = g.clone(), g * m
+            else:
+                gx += g
+                gdx.addcmul_(g, m)
+        return (gx, gdx, *(None if g is None else g * dx for g in grads))
+
+
 def rwkv6_backend(x: torch.Tensor) -> str:
     """The implementation ``rwkv6_scan`` runs for inputs like ``x``."""
     return "fla" if CHUNK_RWKV6.usable(x) else "torch_chunked"
