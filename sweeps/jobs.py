@@ -158,6 +158,10 @@ class RunJob(submitit.helpers.Checkpointable):
         self.submitted = time.time()  # a `linbench cancel` after this stops the job
 
     def __call__(self) -> str:
+        if cancel_requested(self.results_dir, self.sweep, self.submitted):
+            # queued when the sweep was cancelled and started before Slurm removed it
+            self._last_word("cancelled", "; it had not started training: `{rerun}` runs it")
+            return "cancelled"
         job = submitit.JobEnvironment()
         if job.num_tasks > 1:  # one run over several tasks: torch.distributed's rendezvous
             os.environ.setdefault("MASTER_PORT", str(rendezvous_port(job.job_id)))

@@ -11,7 +11,8 @@ executor started it); it is *queued* while its Slurm job is pending.
 Cancelling writes ``RESULTS/SWEEP/submitit/cancel`` (a time stamp), then removes pending jobs and
 signals running ones with USR1, the signal on which the training loop checkpoints. A job
 submitted before that time stamp declines submitit's requeue and ends without a record,
-so the run stays partial and a later ``run`` resumes it from its checkpoint.
+so the run stays partial and a later ``run`` resumes it from its checkpoint; one that
+starts after it ends at once, without training.
 """
 from __future__ import annotations
 
@@ -153,28 +154,59 @@ def cancel_requested(results_dir, sweep: str, since: float) -> bool:
         return False
 
 
-def cancel(results_dir, sweep: str, log=print) -> dict[str, str]:
-    """Stop every queued or running run of the sweep; {run_id: what was done}."""
+def _scancel(*args: str) -> tuple[bool, bool]:
+    """(done, refused for now) of one ``scancel`` call: Slurm refuses to signal a job that
+    is changing state ("Job can not be altered now, try again later")."""
+    out = subprocess.run(["scancel", *args], capture_output=True, text=True)
+    return out.returncode == 0, "try again later" in out.stderr.lower()
+
+
+def cancel(results_dir, sweep: str, log=print, patience_s: float = 60.0, poll_s: float = 1.0) -> dict[str, str]:
+    """Stop every queued or running run of the sweep; {run_id: what was done}.
+
+    Nothing it does may kill a training process without a checkpoint: a queued job is
+    removed with ``scancel --state=PENDING``, which leaves it alone if it has started
+    meanwhile (it then sees the cancel mark as it starts and ends without training, or is
+    signalled on the next look); a running one gets USR1, asked again while Slurm says
+    "try again later", for up to ``patience_s``."""
     mark = jobs_dir(results_dir, sweep) / CANCEL
     mark.parent.mkdir(parents=True, exist_ok=True)
     mark.write_text(repr(time.time()))
     ledger, done = read_ledger(results_dir, sweep), {}
-    for rid, state in in_flight(results_dir, sweep).items():
-        entry = ledger[rid]
-        if state == "unknown":
-            log(f"  {rid}  {state:<8} not cancelled: squeue did not answer (job {entry['job_id']})")
-            continue
-        if entry.get("executor") == "slurm":
-            cmd = ["scancel", entry["job_id"]] if state == "queued" else \
-                ["scancel", "--signal=USR1", entry["job_id"]]
-            ok = subprocess.run(cmd, capture_output=True, text=True).returncode == 0
-        else:  # local: the training process (it noted its pid), which checkpoints on USR1
-            try:
-                os.kill(int(entry["pid"]), signal.SIGUSR1)
-                ok = True
-            except (KeyError, ProcessLookupError, ValueError):
-                ok = False
-        done[rid] = ("removed from the queue" if state == "queued" else
-                     "told to checkpoint and stop") if ok else f"could not be signalled ({state})"
-        log(f"  {rid}  {state:<8} {done[rid]} (job {entry['job_id']})")
-    return done
+    removing: set[str] = set()  # queued jobs asked to leave the queue, not yet seen gone
+    deadline = time.time() + patience_s
+    while True:
+        flying = {rid: st for rid, st in in_flight(results_dir, sweep).items() if rid not in done}
+        for rid in removing - set(flying):  # gone from the queue without starting
+            done[rid] = "removed from the queue"
+            log(f"  {rid}  queued   {done[rid]} (job {ledger[rid]['job_id']})")
+        removing &= set(flying)
+        last_look = time.time() > deadline
+        for rid, state in sorted(flying.items()):
+            entry, what = ledger[rid], None
+            if state == "unknown":
+                what = f"not cancelled: squeue did not answer (job {entry['job_id']})"
+            elif entry.get("executor") != "slurm":  # local: the training process (it noted its pid)
+                try:
+                    os.kill(int(entry["pid"]), signal.SIGUSR1)
+                    what = "told to checkpoint and stop"
+                except (KeyError, ProcessLookupError, ValueError):
+                    what = f"could not be signalled ({state})"
+            elif state == "queued":
+                ok, _ = _scancel("--state=PENDING", entry["job_id"])
+                if ok:
+                    removing.add(rid)
+                elif last_look:
+                    what = "could not be removed from the queue"
+            else:
+                ok, later = _scancel("--signal=USR1", entry["job_id"])
+                if ok:
+                    what = "told to checkpoint and stop"
+                elif not later or last_look:
+                    what = f"could not be signalled ({state}" + (", Slurm said try again later)" if later else ")")
+            if what is not None:
+                done[rid] = what
+                log(f"  {rid}  {state:<8} {what} (job {entry['job_id']})")
+        if last_look or not (set(flying) - set(done)):
+            return done
+        time.sleep(poll_s)

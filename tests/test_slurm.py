@@ -308,3 +308,43 @@ def test_wait_waits_for_runs_already_in_flight(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "1 in flight" in out and "waiting for 1 run(s) already in flight too" in out and "finished: 2 ok" in out
     assert {r["label"]: r["status"] for r in records(res, "waited").values()} == {"first": "ok", "second": "ok"}
+
+
+CHURN = """
+from sweeps import RunConfig
+train = {"steps": 10, "batch_size": 4, "lr": 1e-2, "warmup_steps": 1, "eval_every": 5, "checkpoint_every": 1,
+         "device": "cpu"}
+configs = [RunConfig("toy", {"seed": s, "step_delay": 0.3, "train": train}, f"r{s}") for s in range(8)]
+"""
+
+
+def test_a_cancel_while_array_tasks_start_loses_no_run(tmp_path, capsys):
+    """Cancelled as the first tasks finish, while queued ones take their place: every run
+    ends ok, partial with its checkpoint, or not started; none lost; a rerun finishes all."""
+    path = tmp_path / "churn.py"
+    path.write_text(CHURN)
+    res = tmp_path / "results"
+    logs = res / "churn" / "submitit"
+    base = ["--results-dir", str(res)]
+    argv = ["run", str(path), "--executor", "slurm", *base, "--cpus-per-task", "1", "--time", "10"]
+    runs = load_sweep(path).runs
+    assert cli(argv) == 0
+    _wait(lambda: records(res, "churn"), 180, "a first finished run", logs)
+    assert cli(["cancel", str(path), *base]) == 0
+    out = capsys.readouterr().out
+    assert "could not" not in out, out
+    _wait(lambda: not _queue(), 120, "the queue to empty", logs)
+    cli(["status", str(path), *base])
+    out = capsys.readouterr().out
+    states = {r.run_id: re.search(rf"{r.run_id}\s+(\S+( run)?)", out).group(1) for r in runs}
+    assert set(states.values()) <= {"ok", "partial", "not run"} and "lost" not in out, out
+    for rid, state in states.items():
+        if state == "partial":  # stopped by the cancel: it kept a checkpoint to resume from
+            assert (workdir_for(res, "churn", rid) / "checkpoint.pt").exists(), out
+    assert "not run" in states.values() or "partial" in states.values(), out  # the cancel stopped something
+
+    assert cli([*argv, "--wait"]) == 0
+    capsys.readouterr()
+    recs = records(res, "churn")
+    assert {rid: recs[rid]["status"] for rid in states} == {rid: "ok" for rid in states}
+    assert all(recs[rid]["resumed"] for rid, state in states.items() if state == "partial")
