@@ -12,6 +12,7 @@ same setting are set side by side as numbers (``published_values``).
 """
 from __future__ import annotations
 
+import collections
 import datetime
 import json
 import math
@@ -415,16 +416,45 @@ GAPS_CAPTION = ("Perplexity: a source's gap is its mixer's value over its attent
                 "95% Welch t interval where both sides have at least 2 seeds:")
 
 
-def report_markdown(df: pd.DataFrame, published: pd.DataFrame | None = None, title: str = "") -> str:
+def sweep_counts(ok: int, not_ok: list[dict]) -> str:
+    """"6 runs in the sweep: 3 ok; not ok: 2 not run, 1 partial": ``ok`` runs with an ok
+    record beside ``not_ok`` (``not_ok_section``'s rows), counted by state."""
+    states = collections.Counter(run["state"] for run in not_ok).most_common()
+    return (f"{ok + len(not_ok)} runs in the sweep: {ok} ok; not ok: "
+            + ", ".join(f"{n} {state}" for state, n in states))
+
+
+def not_ok_section(not_ok: list[dict]) -> str:
+    """A row per run of the sweep without an ok record: ``not_ok`` holds, in the sweep's
+    order, each one's run_id, label, state (not run, partial, lost, running, failed,
+    diverged, damaged ...), config (the fields that tell it from its label's other runs)
+    and note (its error's last line, or what is wrong with its record)."""
+    rows = [[r["run_id"], r["label"], r["state"], r.get("config", ""), r.get("note", "")] for r in not_ok]
+    return ("## Runs without an ok record\n\nEach in the state `linbench status` gave it when this report was "
+            "written. The tables below read the records there are: a model or a learning rate none of whose runs "
+            "has one is missing from them.\n\n"
+            + markdown_table(["run", "label", "state", "config", "note"], rows))
+
+
+def report_markdown(df: pd.DataFrame, published: pd.DataFrame | None = None, title: str = "",
+                    not_ok: list[dict] | None = None) -> str:
+    """The report of the records in ``df``. ``not_ok``: where the caller knows the sweep,
+    its runs without an ok record (``not_ok_section``), counted and listed under the
+    counts in place of the records' own non-ok ones, which miss every run that has no
+    record; None for the records alone. A sweep whose every run is ok reads the same
+    either way."""
     counts = df.drop_duplicates("run_id")["run_status"].value_counts()
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    parts = [f"# linbench report: {title}".rstrip(": "),
-             f"{counts.sum()} runs: " + ", ".join(f"{n} {s}" for s, n in counts.items()) + f". Written {when}."]
+    counted = (sweep_counts(int(counts.get("ok", 0)), not_ok) if not_ok else
+               f"{counts.sum()} runs: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    parts = [f"# linbench report: {title}".rstrip(": "), f"{counted}. Written {when}."]
     for col, what in (("git_commit", "commits"), ("device_name", "devices"), ("dtype", "dtypes")):
         if col in df:
             parts[-1] += f" {what}: {', '.join(sorted(map(str, df[col].dropna().unique())))}."
     bad = df[df["run_status"] != "ok"].drop_duplicates("run_id")
-    if not bad.empty:
+    if not_ok:
+        parts.append(not_ok_section(not_ok))
+    elif not bad.empty:
         rows = [[r.run_id, r.label, r.run_status, (str(r.error or "").strip().splitlines() or [""])[-1][:120]]
                 for r in bad.itertuples()] if "error" in bad else []
         parts.append("## Runs that did not finish ok\n\n" + markdown_table(["run", "label", "status", "error"], rows))
@@ -439,9 +469,10 @@ def report_markdown(df: pd.DataFrame, published: pd.DataFrame | None = None, tit
     return "\n\n".join(parts) + "\n"
 
 
-def write_report(df: pd.DataFrame, out: str | Path, published: str | Path | None = None, title: str = "") -> Path:
+def write_report(df: pd.DataFrame, out: str | Path, published: str | Path | None = None, title: str = "",
+                 not_ok: list[dict] | None = None) -> Path:
     pub = read_published(published)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(report_markdown(df, pub, title))
+    out.write_text(report_markdown(df, pub, title, not_ok))
     return out

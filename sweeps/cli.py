@@ -291,6 +291,34 @@ def _survey(args, sweep, ledger: dict | None = None) -> dict[str, Seen]:
     return out
 
 
+# a config cell of the report's list of runs not ok: longer ones are cut
+CONFIG_CHARS = 100
+
+
+def not_ok_runs(args, sweep) -> list[dict]:
+    """The runs of ``sweep`` without an ok record, in its order, as ``results.report``
+    lists them: run_id, label, state (``_survey``'s: the one `status` shows), config (the
+    fields that tell it from the other runs of its label, ``views.distinguishing``) and
+    note (its error's last line, or why its record is damaged)."""
+    seen = _survey(args, sweep)
+    by_label = collections.defaultdict(list)
+    for run in sweep.runs:
+        by_label[run.name].append(run)
+    config = {rid: text for runs in by_label.values() for rid, text in distinguishing(runs).items()}
+    out = []
+    for run in sweep.runs:
+        one = seen[run.run_id]
+        if one.status == "ok":
+            continue
+        text = config[run.run_id]
+        note = ((one.record.get("error") or "").strip().splitlines() or [""])[-1][:120]
+        if one.status == "damaged":  # the reason names the file, which the row's run id already does
+            note = one.reason.removeprefix(f"{record_path(args.results_dir, sweep.name, run.run_id)}: ")
+        out.append({"run_id": run.run_id, "label": run.name, "state": one.status, "note": note,
+                    "config": text if len(text) <= CONFIG_CHARS else text[:CONFIG_CHARS - 1] + "…"})
+    return out
+
+
 def _detail(args, sweep, run, seen: Seen, ledger: dict) -> list[str]:
     """What `status` says of one run beside its status (``ledger``: the sweep's, read once)."""
     status, rec, progress = seen.status, seen.record, seen.progress
@@ -453,11 +481,23 @@ def cmd_plot(args) -> int:
     return 0
 
 
+# runs not ok that `report` prints; the report itself lists every one
+PRINTED = 20
+
+
 def cmd_report(args, sweep) -> int:
-    from results.report import write_report
+    from results.report import sweep_counts, write_report
     out = Path(args.out or Path(args.results_dir) / sweep.name / "report.md")
-    write_report(_frame(args, sweep), out, args.published, title=sweep.name)
+    frame, not_ok = _frame(args, sweep), not_ok_runs(args, sweep)
+    write_report(frame, out, args.published, title=sweep.name, not_ok=not_ok)
     print(out)
+    if not_ok:
+        print(f"{sweep.name}: {sweep_counts(len(sweep) - len(not_ok), not_ok)}")
+        for run in not_ok[:PRINTED]:
+            print("  " + "  ".join(filter(None, [run["run_id"], f"{run['state']:<8} {run['label']}",
+                                                 run["config"], run["note"]])))
+        if len(not_ok) > PRINTED:
+            print(f"  ... {len(not_ok) - PRINTED} more: in {out}, and `{args.hints.command('status', '--brief')}`")
     return 0
 
 

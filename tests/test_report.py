@@ -2,13 +2,20 @@
 bracket it was chosen from, and sets perplexities beside the published ones as gaps."""
 from __future__ import annotations
 
+import time
+
 import pandas as pd
 import pytest
 
+from results.layout import workdir_for
 from results.records import records_frame
 from results.report import report_markdown
 from results.stats import gap_interval
+from sweeps import cli as cli_module
+from tasks.engine.progress import write_progress
 from test_results import rec
+from test_sweep_ops import sweep_file
+from test_sweeps import toy_task  # noqa: F401  (the autouse fixture registers the toy task)
 
 # (label, mixer, lr, seed, best_val_ppl, test_ppl): attention's best rate (1e-3, 3 seeds) is
 # bracketed by two single-seed rates far worse; pooled, those would drag attention up to
@@ -118,3 +125,68 @@ def test_no_gap_without_our_attention_in_the_setting(split):
     text = section(report_markdown(ours, PUBLISHED[PUBLISHED["split"] == split]), "Beside the published numbers")
     line = next(ln for ln in text.splitlines() if "grassmann gated" in ln)
     assert line.endswith("| – | 3 vs 0 seeds |")
+
+
+# --- a sweep only partly run: `linbench report` names every run without an ok record
+
+def test_report_names_every_run_of_the_sweep_without_an_ok_record(tmp_path, capsys, monkeypatch):
+    path = sweep_file(tmp_path, *(f'RunConfig("toy", {{"seed": {s}, "train": train}}, "t")' for s in range(3)),
+                      'RunConfig("toy", {"seed": 0, "train": {**train, "lr": 0.02}}, "stopped")',
+                      'RunConfig("toy", {"seed": 1, "train": {**train, "lr": 0.02}}, "killed")',
+                      'RunConfig("toy", {"fail": "error", "train": train}, "broken")',
+                      'RunConfig("toy", {"seed": 9, "train": train}, "never")')
+    ok0, ok1, damaged, stopped, killed, broken, never = (r.run_id for r in cli_module.load_sweep(path).runs)
+    base = ["--results-dir", str(tmp_path)]
+    assert cli_module.main(["run", str(path), "--executor", "debug", "--only", "t", "--only", "broken", *base]) == 1
+    (tmp_path / "ops" / f"{damaged}.json").write_text('{"run_id": "x", "sta')
+    for rid, beat in ((stopped, "interrupted"), (killed, "running")):  # stopped in order; died without a word
+        workdir = workdir_for(tmp_path, "ops", rid)
+        workdir.mkdir(parents=True)
+        write_progress(workdir / "progress.json", {"status": beat, "step": 3, "steps": 8, "updated": time.time()})
+        (workdir / "checkpoint.pt").touch()
+    capsys.readouterr()
+    with pytest.warns(UserWarning, match="damaged record"):  # left out of the tables, named in the list
+        assert cli_module.main(["report", str(path), *base]) == 0
+    out = capsys.readouterr().out
+    report = (tmp_path / "ops" / "report.md").read_text()
+    counts = "7 runs in the sweep: 2 ok; not ok: 1 damaged, 1 partial, 1 lost, 1 failed, 1 not run"
+    assert f"\n{counts}. Written " in report and f"ops: {counts}\n" in out
+    listed = section(report, "Runs without an ok record")
+    rows = {line.split(" | ")[0].strip("| "): line for line in listed.splitlines() if line.startswith("| ")}
+    assert set(rows) - {"run", "---"} == {damaged, stopped, killed, broken, never}  # and no ok run
+    assert rows[damaged].startswith(f"| {damaged} | t | damaged | seed=2 | not valid JSON")
+    assert f"| {stopped} | stopped | partial |" in rows[stopped] and f"| {killed} | killed | lost |" in rows[killed]
+    assert rows[broken].endswith("| broken | failed |  | RuntimeError: deliberate failure |")
+    assert f"| {never} | never | not run |" in rows[never]
+    printed = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
+    assert set(printed) == {damaged, stopped, killed, broken, never}
+    assert printed[damaged].split()[1:4] == ["damaged", "t", "seed=2"] and "not valid JSON" in printed[damaged]
+    assert "Runs that did not finish ok" not in report  # the failed run is listed once, above
+    # a long list is cut on the screen, never in the file
+    monkeypatch.setattr(cli_module, "PRINTED", 2)
+    with pytest.warns(UserWarning, match="damaged record"):
+        assert cli_module.main(["report", str(path), *base]) == 0
+    out = capsys.readouterr().out
+    assert len([line for line in out.splitlines() if line.startswith("  ")]) == 3
+    assert f"... 3 more: in {tmp_path / 'ops' / 'report.md'}, and `linbench status {path} --brief" in out
+    assert section((tmp_path / "ops" / "report.md").read_text(), "Runs without an ok record") == listed
+
+
+def test_report_of_a_finished_sweep_says_nothing_more(tmp_path, capsys):
+    path = sweep_file(tmp_path, *(f'RunConfig("toy", {{"seed": {s}, "train": train}}, "t")' for s in range(2)))
+    base = ["--results-dir", str(tmp_path)]
+    assert cli_module.main(["run", str(path), "--executor", "debug", *base]) == 0
+    capsys.readouterr()
+    assert cli_module.main(["report", str(path), *base]) == 0
+    assert capsys.readouterr().out == f"{tmp_path / 'ops' / 'report.md'}\n"
+    report = (tmp_path / "ops" / "report.md").read_text()
+    assert "\n2 runs: 2 ok. Written " in report
+    assert "in the sweep" not in report and "## Runs" not in report and "not ok" not in report
+
+
+def test_without_the_sweep_the_report_lists_the_records_not_ok():
+    frame = lm_frame().assign(run_status=["ok"] * 9 + ["diverged"], error=[None] * 9 + ["loss is nan"])
+    text = report_markdown(frame)
+    assert "\n10 runs: 9 ok, 1 diverged. Written" in text
+    assert "| r9 | mamba2 | diverged | loss is nan |" in section(text, "Runs that did not finish ok")
+    assert report_markdown(lm_frame(), not_ok=[]).split("Written")[0] == report_markdown(lm_frame()).split("Written")[0]
