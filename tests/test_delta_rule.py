@@ -131,3 +131,20 @@ def test_steep_heads_take_the_pairwise_form(dtype):
         grads_ref = torch.autograd.grad((o_ref * do).sum() + (S_ref * dS).sum(), inputs)
         for name, a, b in zip("q k v g beta h0".split(), grads, grads_ref):
             torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9, msg=lambda m: f"d{name}: {m}")
+
+
+@pytest.mark.parametrize("C", [1, 2, 5, 16, 24])
+def test_unit_lower_solve_equals_forward_substitution_in_value_and_gradients(C):
+    """The UT transform's solve by matmuls against LAPACK's triangular solve, float64, on
+    entries as large as the delta rule's (|A| <= 1) and with garbage above the diagonal."""
+    from zoo.ops.chunks import unit_lower_solve, unit_lower_solve_ref
+
+    torch.manual_seed(C)
+    A = (2 * torch.rand(3, 2, C, C, dtype=torch.float64) - 1).requires_grad_()
+    rhs = torch.randn(3, 2, C, 7, dtype=torch.float64, requires_grad=True)
+    dx = torch.randn(3, 2, C, 7, dtype=torch.float64)
+    got, want = unit_lower_solve(A, rhs), unit_lower_solve_ref(A, rhs)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+    for g, w in zip(torch.autograd.grad(got, (A, rhs), dx), torch.autograd.grad(want, (A, rhs), dx)):
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-10)
+    assert torch.autograd.gradcheck(unit_lower_solve, (A, rhs))

@@ -36,7 +36,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .chunks import chunk_plan, matmul_range, own_precision
+from .chunks import chunk_plan, matmul_range, own_precision, unit_lower_solve
 from .fastpath import Kernel
 from .recurrent_step import delta_step, step_backend, step_kernel_runs
 
@@ -129,11 +129,10 @@ def gated_delta_rule_chunked(q, k, v, g, beta, scale=None, initial_state=None,
     # matmuls of keys and queries scaled about the chunk's mid decay (as zoo/ops/ssd.py
     # does); (chunk, head)s too steep for that split are formed with their decays.
     kk, qk = decayed_products(q, k, b)  # (B, H, N, C, C) each, valid on and below the diagonal
-    # I + A, A strictly lower: tril(-1) drops the diagonal beta_t k_t.k_t.
-    IA = torch.eye(C, dtype=acc, device=q.device) + (beta[..., None] * kk).tril(-1)
-    # The UT transform: one unit-lower-triangular solve per chunk for both right-hand sides.
+    # The UT transform: one unit-lower-triangular solve per chunk for both right-hand sides,
+    # (I + A) [U0 W] = rhs with A strictly lower (the solve ignores the diagonal beta_t k_t.k_t).
     rhs = torch.cat([beta[..., None] * v, (beta * G)[..., None] * k], dim=-1)  # (B, H, N, C, V+K)
-    U0, W = torch.linalg.solve_triangular(IA, rhs, upper=False, unitriangular=True).split([V, K], -1)
+    U0, W = unit_lower_solve(beta[..., None] * kk, rhs).split([V, K], -1)
 
     # The state is the only thing that crosses chunks: a loop over chunks, not steps, with
     # only what needs the state inside it; the rest runs batched over chunks around it.
