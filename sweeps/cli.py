@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import importlib.util
 import os
 import re
 import shutil
@@ -31,9 +32,10 @@ from tasks.engine.runs import REPO
 from tasks.published import PUBLISHED
 
 from .hints import Hints
-from .launch import FINAL, launch
+from .launch import FINAL, launch, plan
 from .ledger import cancel, flights, in_flight, never_starts, read_ledger, sent_with
-from .spec import SweepError, load_sweep
+from .slurm import describe, gpu_problem
+from .spec import SweepError, check_inputs, load_sweep
 from .views import ago, distinguishing, only, ordered, outcome, time_left
 
 
@@ -103,7 +105,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--executor", choices=["local", "slurm", "debug"], default="local",
                      help="local: subprocesses on this machine; slurm: a job array; debug: in-process")
     run.add_argument("--parallel", type=_positive(int), default=1, help="local: runs at the same time (default 1)")
-    run.add_argument("--dry-run", action="store_true", help="validate and list what would run, run nothing")
+    run.add_argument("--dry-run", action="store_true", help="check all that can be checked before a run is "
+                     "sent (configs, their data files, the --log package, --gpus against sinfo) and list what would "
+                     "run, with --executor slurm each job's resources; run nothing")
     run.add_argument("--threads", type=_positive(int), help="torch threads per run (default: the cores it is "
                      "given: --cpus-per-task on Slurm, cores / --parallel locally); recorded")
     run.add_argument("--only", action="append", metavar="LABEL", help="run only the runs of this label (or "
@@ -219,9 +223,38 @@ def run_options(run_verb: argparse.ArgumentParser, args) -> tuple[str, ...]:
     return tuple(words)
 
 
+# --log's choices and the package each needs in the job
+TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}
+
+
+def check_before_sending(args, sweep, opts: dict) -> None:
+    """Everything that would fail each run once its job starts, and that can be seen from
+    here, refused in one line before anything is queued or any folder made: data files the
+    configs name, the --log package, and --gpus on a partition without GPUs."""
+    check_inputs(sweep.runs, sweep.name)
+    package = TRACKER_PACKAGES.get(args.log)
+    if package and importlib.util.find_spec(package) is None:
+        others = [f"use --log {kind}" for kind, other in TRACKER_PACKAGES.items()
+                  if kind != args.log and importlib.util.find_spec(other) is not None]
+        raise SweepError(f"--log {args.log} needs the `{package}` package, which does not import here: "
+                         f"pip install {package}, or {', or '.join([*others, 'leave --log out'])}")
+    if args.executor == "slurm":
+        problem = gpu_problem(opts)
+        if problem:
+            raise SweepError(problem)
+
+
 def cmd_run(args, sweep) -> int:
     sweep = ordered(only(sweep, args.only), args.order)
     final = tuple(s for s in FINAL if not (args.rerun_diverged and s == "diverged"))
+    opts = {k: getattr(args, k) for k in ("partition", "gpus", "nodes", "tasks_per_node", "cpus_per_task",
+                                          "mem_gb", "time",
+                                          "array_parallelism", "max_timeouts", "signal_lead_s", "threads",
+                                          "account", "qos", "constraint", "setup", "log")}
+    opts["extra"] = dict(args.slurm_arg)
+    if args.executor == "slurm" and not args.dry_run and shutil.which("sbatch") is None:
+        raise SweepError("--executor slurm submits with sbatch, which is not on PATH: run it on a Slurm login node")
+    check_before_sending(args, sweep, opts)
     if args.dry_run:
         diff = distinguishing(sweep.runs)
         for run in sweep.runs:
@@ -229,14 +262,9 @@ def cmd_run(args, sweep) -> int:
             print(f"{run.run_id}  {(rec or {}).get('status', '-'):<8} {run.task:<10} {run.name:<24} "
                   f"{diff[run.run_id][:120]}")
         print(f"{len(sweep)} configs valid")
+        if args.executor == "slurm":
+            print("\n".join(describe(sweep.name, opts, plan(sweep, args.results_dir, final)["todo"])))
         return 0
-    if args.executor == "slurm" and shutil.which("sbatch") is None:
-        raise SweepError("--executor slurm submits with sbatch, which is not on PATH: run it on a Slurm login node")
-    opts = {k: getattr(args, k) for k in ("partition", "gpus", "nodes", "tasks_per_node", "cpus_per_task",
-                                          "mem_gb", "time",
-                                          "array_parallelism", "max_timeouts", "signal_lead_s", "threads",
-                                          "account", "qos", "constraint", "setup", "log")}
-    opts["extra"] = dict(args.slurm_arg)
     try:
         summary = launch(sweep, args.results_dir, args.executor, args.parallel, opts, wait=args.wait,
                          final=final, hints=args.hints)

@@ -12,6 +12,7 @@ import contextlib
 import io
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -62,13 +63,85 @@ def slurm_parameters(sweep: str, opts: dict) -> dict:
     return params
 
 
+def gpu_problem(opts: dict) -> str | None:
+    """Why ``--gpus`` cannot be met, read from ``sinfo`` before anything is submitted: the
+    partition (the cluster's default when none is named) has no node with a GPU in its
+    Gres. None where it may be met, and where sinfo is missing, fails, or does not know
+    the partition (sbatch then refuses it in its own words)."""
+    partition = opts.get("extra", {}).get("partition") or opts.get("partition")
+    if not opts.get("gpus") or shutil.which("sinfo") is None:
+        return None
+    try:
+        done = subprocess.run(["sinfo", "-h", *(["-p", partition] if partition else []), "-o", "%P|%G"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode != 0:
+        return None
+    rows = [line.strip().partition("|")[::2] for line in done.stdout.splitlines() if "|" in line]
+    if not partition:  # sinfo marks the default partition with a *
+        rows = [(name, gres) for name, gres in rows if name.endswith("*")]
+    if not rows or any(item.strip().startswith("gpu") for _, gres in rows for item in gres.split(",")):
+        return None
+    name = partition or rows[0][0].rstrip("*") + " (the default)"
+    gres = ", ".join(dict.fromkeys(gres.strip() for _, gres in rows))
+    return f"partition {name} has no GPUs (sinfo Gres: {gres}); leave --gpus out on a CPU partition"
+
+
+def _duration(minutes: int) -> str:
+    """Minutes as sbatch prints a time limit: D-HH:MM:SS."""
+    days, rest = divmod(int(minutes), 1440)
+    return f"{days}-{rest // 60:02d}:{rest % 60:02d}:00"
+
+
+# what --dry-run calls each sbatch option, and what sbatch does where it is left out
+RESOURCES = {"time": ("time limit", None), "signal": ("signal", None), "partition": ("partition", "the cluster's default"),
+             "gpus_per_node": ("GPUs per node", "none"), "nodes": ("nodes", 1), "ntasks_per_node": ("tasks per node", 1),
+             "cpus_per_task": ("cpus per task", 1), "mem": ("memory per node", "the partition's default"),
+             "account": ("account", None), "qos": ("qos", None), "constraint": ("constraint", None)}
+
+
+def describe(sweep: str, opts: dict, todo: list) -> list[str]:
+    """What each job of ``todo`` (the runs a submission would send) would get, in the
+    lines ``--dry-run`` prints: the parameters ``submit_slurm`` gives submitit, with
+    ``--slurm-arg`` options over them as in the script, and sbatch's defaults where both
+    leave one out."""
+    params = slurm_parameters(sweep, opts)
+    delay = params["signal_delay_s"]
+    given = {**{key: params.get(key) for key in RESOURCES}, "time": _duration(params["time"])}
+    for key, value in params["additional_parameters"].items():
+        given[key.replace("-", "_")] = value
+    if given["signal"] == f"{PREEMPT_SIGNAL}@{delay}":
+        given["signal"] = f"{PREEMPT_SIGNAL} {delay} s before the time limit (checkpoint and requeue)"
+    rows = []
+    for key, value in given.items():
+        name, default = RESOURCES.get(key, (f"--{key.replace('_', '-')}", None))
+        if value is not None or default is not None:
+            rows.append((name, value if value is not None else default))
+    shared = [run for run in todo if not run.alone]
+    alone = [run for run in todo if run.alone]
+    parallel = params["array_parallelism"]
+
+    def array(n: int) -> str:
+        return "1 job" if n == 1 else f"an array of {n} jobs, at most {min(n, parallel)} at once"
+    if shared or not alone:
+        rows.append(("submitted as", array(len(shared)) if shared else "nothing: every run is ok, final or in flight"))
+    if alone:
+        rows.append(("timing runs", f"{array(len(alone))}, each with a node to itself (--exclusive)"))
+    width = max(len(name) for name, _ in rows)
+    return [f"Slurm: {len(todo)} run(s) to submit; each job as sbatch reads it:"] + \
+        [f"  {name:<{width}}  {value}" for name, value in rows]
+
+
 def submit_slurm(todo, sweep, results_dir, folder, opts: dict, hints: Hints) -> list:
     """Submit the runs as one job array (a single run as one job), and the timing runs
     (``alone``) as another with --exclusive: a latency measured beside another job is no
     benchmark, and an array shares its options. A refusal by sbatch becomes one SweepError
     quoting it and leaves no files of the refused array behind (an array queued before it
     stays queued, in the ledger)."""
-    created = not folder.exists()
+    # every folder this call makes (RESULTS_DIR/SWEEP/ too, on a first submission), so that
+    # a refusal can take away those it leaves empty
+    made = [path for path in (folder, *folder.parents) if not path.exists()]
     folder.mkdir(parents=True, exist_ok=True)
     jobs_of = {}
     for exclusive in (False, True):
@@ -85,8 +158,9 @@ def submit_slurm(todo, sweep, results_dir, folder, opts: dict, hints: Hints) -> 
         except (subprocess.CalledProcessError, submitit.core.utils.FailedJobError) as err:
             for path in sorted(set(folder.rglob("*")) - before, reverse=True):  # files before folders
                 path.rmdir() if path.is_dir() else path.unlink(missing_ok=True)
-            if created and not jobs_of and not any(folder.iterdir()):
-                folder.rmdir()  # nothing of a refused first submission is left
+            for path in made:  # deepest first: nothing of a refused first submission is left
+                if path.is_dir() and not any(path.iterdir()):
+                    path.rmdir()
             raise SweepError(f"sbatch refused the submission: {_sbatch_message(err, said())}") from None
         record_submissions(results_dir, sweep, {run.run_id: ledger_entry("slurm", job, hints.run_options)
                                                 for run, job in zip(runs, jobs)})

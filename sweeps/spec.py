@@ -233,6 +233,30 @@ def validate(configs, where: str = "sweep") -> list:
     return runs
 
 
+def check_inputs(runs, where: str = "sweep") -> None:
+    """What the runs read from this machine's disk (a corpus's files, a tokenizer file)
+    is there, by each config's ``check_inputs()`` where its class has one: checked by
+    ``linbench run`` before anything is queued, since a run sent without them fails only
+    once its job starts. Not part of ``validate``: ``status`` and ``report`` read sweeps
+    whose data may have moved since. Runs that share a problem (a sweep's runs mostly share
+    their data) are named together, and every problem is said in one line."""
+    problems: dict[str, list[str]] = {}
+    for run in runs:
+        check = getattr(run.config, "check_inputs", None)
+        if check is None:
+            continue
+        try:
+            check()
+        except (ValueError, OSError) as exc:
+            problems.setdefault(" ".join(str(exc).split()), []).append(run.name)  # one line, whatever it quotes
+    if problems:
+        def who(names):
+            names = list(dict.fromkeys(names))
+            return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        raise SweepError(f"{where}: " + "; ".join(f"{problem} (runs: {who(names)})"
+                                                  for problem, names in problems.items()))
+
+
 # --- grid helpers ---------------------------------------------------------------
 
 def local_data_dir() -> str | None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import zoo
 from zoo.config import StrictConfig, check_bounds
 
-from .engine.corpus import load_corpus
+from .engine.corpus import check_source, load_corpus
 from .engine.lm import fit_lm
 from .engine.runs import refuse_non_causal
 from .engine.train import TrainConfig
@@ -59,6 +59,23 @@ class CorpusConfig(StrictConfig):
 
     def planned_tokens(self) -> int | None:
         return self.budget_tokens
+
+    def check_inputs(self) -> None:
+        """The local files this run reads exist and hold ``text_field`` (one record read
+        of each format), and a tokenizer given as a path is a file. ``linbench run`` calls
+        this before it sends anything; it is no part of building the config, since
+        ``status`` and ``report`` read a sweep whose data may have moved since."""
+        own = "CorpusConfig"
+        try:
+            for name in ("source", "valid_source", "test_source"):
+                if getattr(self, name):
+                    check_source(getattr(self, name), self.text_field, name)
+        except ValueError as e:
+            raise ValueError(f"{own}: {e}") from None
+        if self.tokenizer != "wordpiece" and not self.tokenizer.startswith("hub:") \
+                and not Path(self.tokenizer).expanduser().is_file():
+            raise ValueError(f"{own}: tokenizer={self.tokenizer!r} is not valid: 'wordpiece', 'hub:NAME' or the "
+                             f"path of a tokenizer.json, and there is no file {Path(self.tokenizer).expanduser()}")
 
 
 def run(cfg: CorpusConfig, workdir: Path | None = None, progress: bool = True) -> dict:

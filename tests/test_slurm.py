@@ -169,12 +169,12 @@ def test_days_on_slurm_refusal_pending_no_resubmit_cancel_resume_and_logs(tmp_pa
     argv = ["run", str(path), "--executor", "slurm", *base, "--cpus-per-task", "1", "--time", "10"]
 
     # sbatch's refusal is one `linbench:` line, and leaves no files of the submission
-    assert cli([*argv, "--gpus", "1"]) == 2
+    assert cli([*argv, "--partition", "nowhere"]) == 2
     err = capsys.readouterr().err
     assert "linbench: sbatch refused the submission" in err and "Traceback" not in err
     # one line, ours (quoting sbatch), and no folder left behind
     assert [line for line in err.splitlines() if line.strip()] == [err.strip()] and "error" in err
-    assert not logs.exists()
+    assert not res.exists()
 
     # --mem-gb 2 is accepted; a second run while the jobs wait submits nothing
     assert cli([*argv, "--mem-gb", "2", "--slurm-arg", "begin=now+3600"]) == 0
@@ -287,6 +287,58 @@ def test_a_timing_run_never_shares_the_node(tmp_path, capsys):
     recs = {r["label"]: r["metrics"] for r in records(res, "beside").values()}
     spans = sorted((m["t_start"], m["t_end"]) for m in recs.values())
     assert spans[0][1] <= spans[1][0], spans  # one after the other, never side by side
+
+
+HELD = """
+from sweeps import RunConfig
+configs = [RunConfig("toy", {"seed": s}, f"h{s}") for s in range(3)]
+"""
+
+
+def _scontrol_job(job_id: str) -> dict[str, str]:
+    text = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
+    return dict(field.split("=", 1) for field in text.split() if "=" in field)
+
+
+def _megabytes(text: str) -> float:
+    return float(text[:-1]) * {"M": 1, "G": 1024, "T": 1024 ** 2}[text[-1]]
+
+
+def test_a_dry_run_shows_what_slurm_gives_the_jobs_and_gpus_need_a_gpu_partition(tmp_path, capfd):
+    path = tmp_path / "held.py"
+    path.write_text(HELD)
+    res = tmp_path / "results"
+    argv = ["run", str(path), "--executor", "slurm", "--results-dir", str(res), "--partition", "debug",
+            "--cpus-per-task", "1", "--time", "1-0:30", "--mem-gb", "1.5", "--array-parallelism", "2",
+            "--slurm-arg", "begin=now+3600"]  # held an hour: submitted, never started
+
+    # this cluster's node has no GPU: sinfo says so before sbatch is asked
+    assert cli([*argv, "--gpus", "1"]) == 2
+    err = capfd.readouterr().err
+    assert err.strip() == ("linbench: partition debug has no GPUs (sinfo Gres: (null)); "
+                           "leave --gpus out on a CPU partition")
+    assert cli([*argv[:6], "--gpus", "1", "--dry-run"]) == 2  # the default partition, in a dry run too
+    assert "partition debug (the default) has no GPUs" in capfd.readouterr().err
+    assert not res.exists()
+
+    assert cli([*argv, "--dry-run"]) == 0
+    shown = dict(re.findall(r"^  (\S.*?)  +(.*)$", capfd.readouterr().out, re.M))
+    assert not res.exists()
+    assert cli(argv) == 0
+    out = capfd.readouterr().out
+    job_id = re.search(r"submitted 3 job\(s\) as (\d+)", out).group(1)
+    try:
+        job = _scontrol_job(job_id)
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True)
+    # as Slurm read the script submitit wrote
+    assert shown["time limit"] == job["TimeLimit"] == "1-00:30:00"
+    assert shown["partition"] == job["Partition"] == "debug"
+    assert set(job["NumNodes"].split("-")) == {shown["nodes"]}  # "1-1" (min-max) while pending
+    assert shown["cpus per task"] == job["CPUs/Task"]
+    assert _megabytes(shown["memory per node"]) == _megabytes(job["MinMemoryNode"]) == 1536
+    assert shown["submitted as"] == "an array of 3 jobs, at most 2 at once"
+    assert job["ArrayTaskId"] == "0-2%2" and shown["--begin"] == "now+3600"
 
 
 WAITED = """

@@ -340,3 +340,213 @@ def test_status_from_another_directory_finds_the_records(tmp_path, capsys, monke
     assert "1 runs: 1 ok" in out and f"records in {home / 'results' / 'here'}" in out
     assert cli(["status", str(path), "--results-dir", str(elsewhere / "results"), "--all-ok"]) == 1  # as named
     assert "1 not run" in capsys.readouterr().out
+
+
+# --- what `run` refuses before it sends anything, and what a Slurm dry run shows -----
+
+CORPUS_MODEL = {"vocab_size": 64, "d_model": 16, "n_layers": 1, "d_ff": 32, "max_len": 16,
+                "mixer_options": {"n_heads": 2}}
+
+
+def corpus_sweep(tmp_path: Path, **fields) -> Path:
+    path = tmp_path / "corp.py"
+    configs = {"seq_len": 16, "model": CORPUS_MODEL, **fields}
+    path.write_text("from sweeps import RunConfig\n"
+                    f"configs = [RunConfig('corpus', {{**{configs!r}, 'seed': s}}, 'lm') for s in range(3)]\n")
+    return path
+
+
+def refused(capsys, argv: list[str]) -> str:
+    """The one line ``linbench`` ends ``argv`` with (exit 2)."""
+    assert cli(argv) == 2
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("linbench: ") and "Traceback" not in captured.err, captured.err
+    assert "configs valid" not in captured.out  # nothing listed as if it could run
+    return lines[0]
+
+
+def test_a_corpus_source_that_is_not_there_is_refused_before_anything_is_made(tmp_path, capsys):
+    res = tmp_path / "res"
+    path = corpus_sweep(tmp_path, source=str(tmp_path / "nowhere" / "*.jsonl"))
+    for extra in (["--dry-run"], ["--executor", "debug"], ["--executor", "local"]):
+        line = refused(capsys, ["run", str(path), "--results-dir", str(res), *extra])
+        assert line == (f"linbench: corp: CorpusConfig: source='{tmp_path / 'nowhere' / '*.jsonl'}': no "
+                        ".txt/.jsonl/.parquet file there; give a local file, folder or glob, or "
+                        "hf:NAME[:CONFIG][@SPLIT] (runs: lm)")
+        assert not res.exists()
+    # valid and test sources, and a tokenizer file, are looked for too
+    (tmp_path / "docs.txt").write_text("one document\nanother\n")
+    path = corpus_sweep(tmp_path, source=str(tmp_path / "docs.txt"), test_source=str(tmp_path / "gone.txt"))
+    assert "CorpusConfig: test_source=" in refused(capsys, ["run", str(path), "--dry-run"])
+    path = corpus_sweep(tmp_path, source=str(tmp_path / "docs.txt"), tokenizer=str(tmp_path / "tok.json"))
+    assert f"tokenizer='{tmp_path / 'tok.json'}' is not valid: 'wordpiece', 'hub:NAME'" \
+        in refused(capsys, ["run", str(path), "--dry-run"])
+    # `status` reads the sweep all the same: the data may have moved since its runs ran
+    assert cli(["status", str(path), "--results-dir", str(res)]) == 0
+    assert "3 not run" in capsys.readouterr().out and not res.exists()
+
+
+def test_a_corpus_column_the_files_lack_is_refused_reading_one_record(tmp_path, capsys):
+    res = tmp_path / "res"
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    # the second line is no JSON: the check reads the first record only
+    (folder / "a.jsonl").write_text(json.dumps({"body": "a document", "id": 1}) + "\n{cut off\n")
+    path = corpus_sweep(tmp_path, source=str(folder))
+    line = refused(capsys, ["run", str(path), "--results-dir", str(res), "--executor", "debug"])
+    assert line == (f"linbench: corp: CorpusConfig: text_field='text' is not a column of {folder / 'a.jsonl'} "
+                    "(source); it has ['body', 'id'] (runs: lm)")
+    assert not res.exists()
+    path = corpus_sweep(tmp_path, source=str(folder), text_field="body")
+    assert cli(["run", str(path), "--results-dir", str(res), "--dry-run"]) == 0
+    assert "3 configs valid" in capsys.readouterr().out and not res.exists()
+    pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+    pq.write_table(pa.table({"content": ["x", "y"]}), folder / "b.parquet")
+    line = refused(capsys, ["run", str(path), "--results-dir", str(res), "--dry-run"])
+    assert line.endswith(f"text_field='body' is not a column of {folder / 'b.parquet'} (source); "
+                         "it has ['content'] (runs: lm)")
+
+
+def test_log_with_a_tracker_that_does_not_import_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
+    import importlib.machinery
+    path = tmp_path / "logged.py"
+    path.write_text("from sweeps import RunConfig\nconfigs = [RunConfig('toy', {'seed': 0}, 'one')]\n")
+    res = tmp_path / "res"
+    monkeypatch.setitem(sys.modules, "wandb", None)  # find_spec answers None: not importable
+    monkeypatch.setitem(sys.modules, "tensorboard", sys.modules.get("tensorboard") or
+                        type(sys)("tensorboard"))
+    sys.modules["tensorboard"].__spec__ = sys.modules["tensorboard"].__spec__ or \
+        importlib.machinery.ModuleSpec("tensorboard", None)
+    for extra in (["--dry-run"], ["--executor", "debug"]):
+        line = refused(capsys, ["run", str(path), "--results-dir", str(res), "--log", "wandb", *extra])
+        assert line == ("linbench: --log wandb needs the `wandb` package, which does not import here: "
+                        "pip install wandb, or use --log tensorboard, or leave --log out")
+        assert not res.exists()
+    assert cli(["run", str(path), "--results-dir", str(res), "--log", "tensorboard", "--dry-run"]) == 0
+    capsys.readouterr()
+    monkeypatch.setitem(sys.modules, "tensorboard", None)
+    line = refused(capsys, ["run", str(path), "--results-dir", str(res), "--log", "tensorboard", "--dry-run"])
+    assert line.endswith("pip install tensorboard, or leave --log out") and not res.exists()
+
+
+def fake_command(folder: Path, name: str, script: str) -> Path:
+    """An executable ``name`` in ``folder`` that runs ``script`` (sh), its arguments
+    appended to ``folder/name.calls``."""
+    folder.mkdir(exist_ok=True)
+    path = folder / name
+    path.write_text(f'#!/bin/sh\necho "$@" >> "{folder / name}.calls"\n{script}\n')
+    path.chmod(0o755)
+    return path
+
+
+SINFO = """case "$*" in
+  *"-p gpu"*) echo 'gpu|gpu:a100:4(S:0-1),shard:8'; echo 'gpu|(null)' ;;
+  *"-p cpu"*) echo 'cpu*|(null)' ;;
+  *"-p broken"*) echo 'sinfo: error: something' >&2; exit 1 ;;
+  *"-p"*) ;;
+  *) echo 'cpu*|(null)'; echo 'gpu|gpu:a100:4(S:0-1)' ;;
+esac"""
+
+
+def test_gpus_on_a_partition_without_gpus_is_refused_from_sinfo(tmp_path, capsys, monkeypatch):
+    path = tmp_path / "gpu.py"
+    path.write_text("from sweeps import RunConfig\nconfigs = [RunConfig('toy', {'seed': 0}, 'one')]\n")
+    res, bin_ = tmp_path / "res", tmp_path / "bin"
+    fake_command(bin_, "sinfo", SINFO)
+    fake_command(bin_, "sbatch", "exit 1")
+    monkeypatch.setenv("PATH", f"{bin_}{os.pathsep}{os.environ['PATH']}")
+    base = ["run", str(path), "--executor", "slurm", "--results-dir", str(res), "--gpus", "1"]
+    for extra, name in (([], "cpu (the default)"), (["--partition", "cpu"], "cpu")):
+        for dry in ([], ["--dry-run"]):
+            line = refused(capsys, [*base, *extra, *dry])
+            assert line == (f"linbench: partition {name} has no GPUs (sinfo Gres: (null)); "
+                            "leave --gpus out on a CPU partition")
+    assert not (bin_ / "sbatch.calls").exists() and not res.exists()  # nothing was submitted
+    assert (bin_ / "sinfo.calls").read_text().splitlines()[:2] == ["-h -o %P|%G", "-h -o %P|%G"]
+    # a partition with GPUs on some nodes, one sinfo does not know, or a failing sinfo: sbatch decides
+    for partition in ("gpu", "nowhere", "broken"):
+        assert cli([*base, "--partition", partition, "--dry-run"]) == 0, capsys.readouterr().err
+        assert "GPUs per node    1" in capsys.readouterr().out
+    assert (bin_ / "sinfo.calls").read_text().splitlines()[-1] == "-h -p broken -o %P|%G"
+    # without --gpus, sinfo is not asked
+    calls = (bin_ / "sinfo.calls").read_text()
+    assert cli([*base[:-2], "--dry-run"]) == 0 and (bin_ / "sinfo.calls").read_text() == calls
+    # and without sinfo on PATH nothing more is checked
+    (bin_ / "sinfo").unlink()
+    monkeypatch.setenv("PATH", str(bin_))
+    assert cli([*base, "--dry-run"]) == 0
+    assert not res.exists()
+
+
+def test_a_refused_sbatch_leaves_no_folder_behind(tmp_path, capfd, monkeypatch):
+    path = tmp_path / "refused.py"
+    path.write_text("from sweeps import RunConfig\n"
+                    "configs = [RunConfig('toy', {'seed': s}, f'r{s}') for s in range(2)]\n")
+    bin_ = tmp_path / "bin"
+    fake_command(bin_, "sbatch", "echo 'sbatch: error: invalid partition specified: nowhere' >&2\n"
+                                 "echo 'sbatch: error: Batch job submission failed: Invalid partition name "
+                                 "specified' >&2\nexit 1")
+    monkeypatch.setenv("PATH", f"{bin_}{os.pathsep}{os.environ['PATH']}")
+    res = tmp_path / "fresh" / "res"  # neither it nor its parent exists yet
+    argv = ["run", str(path), "--executor", "slurm", "--partition", "nowhere", "--results-dir", str(res)]
+    line = refused(capfd, argv)
+    assert line == ("linbench: sbatch refused the submission: sbatch: error: invalid partition specified: "
+                    "nowhere; sbatch: error: Batch job submission failed: Invalid partition name specified")
+    assert (bin_ / "sbatch.calls").exists()  # it was asked, and said no
+    assert not (tmp_path / "fresh").exists()
+    # a results folder that was there stays, with what it held; only what this call made goes
+    (res / "refused").mkdir(parents=True)
+    (res / "refused" / "notes.txt").write_text("mine")
+    refused(capfd, argv)
+    assert sorted(p.name for p in res.rglob("*")) == ["notes.txt", "refused"]
+
+
+def test_a_slurm_dry_run_shows_each_jobs_resources_as_sbatch_reads_them(tmp_path, capsys, monkeypatch):
+    path = tmp_path / "res_sweep.py"
+    path.write_text("from sweeps import RunConfig\n"
+                    "configs = [RunConfig('toy', {'seed': s}, f'r{s}') for s in range(4)]\n"
+                    "configs.append(RunConfig('toy', {'seed': 9}, 'timing', alone=True))\n")
+    res = tmp_path / "res"
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))  # no sinfo, no sbatch: a dry run needs neither
+    assert cli(["run", str(path), "--results-dir", str(res), "--executor", "debug", "--only", "r0"]) == 0
+    capsys.readouterr()
+    base = ["run", str(path), "--results-dir", str(res), "--dry-run"]
+    assert cli(base) == 0
+    plain = capsys.readouterr().out.splitlines()
+    assert len(plain) == 6 and plain[-1] == "5 configs valid"  # without --executor slurm: as it was
+    assert cli([*base, "--executor", "slurm"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[:6] == plain
+    assert out[6:] == ["Slurm: 4 run(s) to submit; each job as sbatch reads it:",
+                       "  time limit       0-02:00:00",
+                       "  signal           USR1 300 s before the time limit (checkpoint and requeue)",
+                       "  partition        the cluster's default",
+                       "  GPUs per node    none",
+                       "  nodes            1",
+                       "  tasks per node   1",
+                       "  cpus per task    1",
+                       "  memory per node  the partition's default",
+                       "  submitted as     an array of 3 jobs, at most 3 at once",
+                       "  timing runs      1 job, each with a node to itself (--exclusive)"]
+    assert cli([*base, "--executor", "slurm", "--time", "1-2:30:05", "--partition", "p", "--gpus", "2",
+                "--nodes", "2", "--tasks-per-node", "2", "--cpus-per-task", "4", "--mem-gb", "1.5",
+                "--array-parallelism", "2", "--account", "acc", "--qos", "high", "--constraint", "a100",
+                "--signal-lead", "60", "--slurm-arg", "exclude=node3", "--only", "r1", "--only", "r2",
+                "--only", "r3"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[4:] == ["Slurm: 3 run(s) to submit; each job as sbatch reads it:",
+                       "  time limit       1-02:31:00",
+                       "  signal           USR1 60 s before the time limit (checkpoint and requeue)",
+                       "  partition        p",
+                       "  GPUs per node    2",
+                       "  nodes            2",
+                       "  tasks per node   2",
+                       "  cpus per task    4",
+                       "  memory per node  1536M",
+                       "  account          acc",
+                       "  qos              high",
+                       "  constraint       a100",
+                       "  --exclude        node3",
+                       "  submitted as     an array of 3 jobs, at most 2 at once"]
+    assert not (res / "res_sweep" / "submitit").exists()

@@ -88,6 +88,46 @@ def documents(spec: str, text_field: str = "text") -> Iterator[str]:
                 yield from batch.column(0).to_pylist()
 
 
+def check_source(spec: str, text_field: str, name: str = "source") -> None:
+    """Refuse a local source with no corpus file, or whose first .jsonl / .parquet file
+    has no ``text_field``, while the run can still be left unsent: in a job it fails only
+    once it starts. Reads one record of a .jsonl file and a .parquet file's schema (its
+    footer), whatever their size; the first file of each format stands for the rest.
+    A hub source is not looked up: that is a network call per config."""
+    if spec.startswith("hf:"):
+        return
+    try:
+        files = local_files(spec)
+    except DataUnavailable:
+        raise ValueError(f"{name}={spec!r}: no {'/'.join(SUFFIXES)} file there; give a local file, folder or "
+                         f"glob, or hf:NAME[:CONFIG][@SPLIT]") from None
+    except ValueError as e:  # files of another format
+        raise ValueError(f"{name}={spec!r}: {str(e).removeprefix(f'corpus source {spec!r}: ')}") from None
+    for suffix in (".jsonl", ".parquet"):
+        path = next((p for p in files if p.suffix == suffix), None)
+        if path is None:
+            continue
+        if suffix == ".jsonl":
+            with open(path, encoding="utf-8") as f:
+                number, line = next(((i + 1, line) for i, line in enumerate(f) if line.strip()), (0, ""))
+            if not line:
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as e:
+                raise ValueError(f"{name}={spec!r}: {path}:{number} is not a JSON line ({e})") from None
+            columns = sorted(row) if isinstance(row, dict) else []
+        else:
+            try:
+                import pyarrow.parquet as pq
+            except ImportError:
+                raise ValueError(f"{name}={spec!r}: reading {path.name} needs the `pyarrow` package: "
+                                 "pip install -e '.[nlp]'") from None
+            columns = pq.read_schema(path).names
+        if text_field not in columns:
+            raise ValueError(f"text_field={text_field!r} is not a column of {path} ({name}); it has {columns}")
+
+
 def split_documents(source: str, split: str, text_field: str, holdout: float,
                     own: str | None = None) -> Iterator[str]:
     """The documents of ``split`` ("train", "valid" or "test"): its own source, or its
