@@ -193,11 +193,11 @@ def cancel(results_dir, sweep: str, log=print, patience_s: float = 60.0, poll_s:
                 except (KeyError, ProcessLookupError, ValueError):
                     what = f"could not be signalled ({state})"
             elif state == "queued":
-                ok, _ = _scancel("--state=PENDING", entry["job_id"])
-                if ok:
-                    removing.add(rid)
-                elif last_look:
+                if last_look:
                     what = "could not be removed from the queue"
+                else:  # an array's tasks may leave with the first one's scancel (then this one errs)
+                    _scancel("--state=PENDING", entry["job_id"])
+                    removing.add(rid)
             else:
                 ok, later = _scancel("--signal=USR1", entry["job_id"])
                 if ok:

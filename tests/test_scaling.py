@@ -45,6 +45,32 @@ def test_measure_counts_page_faults_in_all_and_for_the_median_call():
     assert t["median_faults"] < 64  # the other calls take (next to) none
 
 
+def test_the_warm_up_lasts_until_a_call_leaves_the_heap_as_it_found_it():
+    import mmap
+
+    from tasks.benchmarks.timing import SETTLE_CALLS
+    kept = []
+
+    def growing(n):  # the first n calls each touch 4 MiB of fresh pages, as a heap still growing
+        def fn():
+            if len(kept) < n:
+                m = mmap.mmap(-1, 4 << 20)
+                m.write(b"x" * (4 << 20))
+                kept.append(m)
+            else:
+                kept.append(None)
+        return fn
+
+    t = measure(growing(3), warmup=1, repeats=3, settle=True)
+    assert t["warmup_calls"] == 4 and t["minor_faults"] < 64  # 3 growing calls, then a quiet one
+    kept.clear()
+    t = measure(growing(100), warmup=2, repeats=3, settle=True)  # never settles: the warm-up stops anyway
+    assert t["warmup_calls"] == 2 + SETTLE_CALLS and t["median_faults"] >= (4 << 20) // 4096 // 2
+    kept.clear()
+    t = measure(growing(3), warmup=1, repeats=3)  # without settle: the calls asked for, no more
+    assert t["warmup_calls"] == 1 and t["minor_faults"] >= 2 * (4 << 20) // 4096 // 2
+
+
 def test_measure_stops_at_the_deadline():
     with pytest.raises(PointTimeout):
         measure(lambda: time.sleep(0.01), warmup=1, repeats=100, deadline=time.monotonic())

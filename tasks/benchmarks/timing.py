@@ -44,12 +44,21 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+# A warm-up call that faults in fewer pages than this (1 MiB) found the heap at its
+# high-water mark; until one does, up to SETTLE_CALLS more warm-up calls run. glibc's heap
+# grows in steps over the first few calls as fragmentation settles (a Grassmann step at
+# L 4096 grew by 8-64 MiB at call 3 in one process, call 8 in another, then never again
+# in 30): timed calls that catch one of those steps measure the start of training, not
+# its thousands of steps.
+SETTLED_FAULTS, SETTLE_CALLS = 256, 8
+
+
 def measure(fn: Callable[[], object], warmup: int = 2, repeats: int = 10,
-            device: torch.device | str = "cpu", deadline: float | None = None) -> dict:
+            device: torch.device | str = "cpu", deadline: float | None = None, settle: bool = False) -> dict:
     """Median, p20/p80, mean and max of ``repeats`` timed calls of ``fn`` after ``warmup``
-    calls, and the process's minor page faults over the timed calls: in all, and the median
-    call's (a heap still growing to its high-water mark after the warm-up faults in a few
-    calls, not in every one). ``deadline`` (a ``time.monotonic()`` value) raises PointTimeout
+    calls (with ``settle``, more, up to SETTLE_CALLS, while the last one still grew the
+    heap; the count is returned as ``warmup_calls``), and the process's minor page faults over the timed
+    calls: in all, and the median call's. ``deadline`` (a ``time.monotonic()`` value) raises PointTimeout
     between calls."""
     device = torch.device(device)
 
@@ -59,10 +68,15 @@ def measure(fn: Callable[[], object], warmup: int = 2, repeats: int = 10,
 
     times: list[float] = []
     faults: list[int] = []
-    for _ in range(warmup):
+    calls = 0
+    while calls < warmup + (SETTLE_CALLS if settle else 0):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         fn()
         _sync(device)
+        calls += 1
         check()
+        if calls >= warmup and resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before < SETTLED_FAULTS:
+            break
     for _ in range(repeats):
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt  # every thread of the process
         if device.type == "cuda":
@@ -80,7 +94,7 @@ def measure(fn: Callable[[], object], warmup: int = 2, repeats: int = 10,
         check()
     p20, med, p80 = np.percentile(times, [20, 50, 80])
     return {"median_ms": med * 1e3, "p20_ms": p20 * 1e3, "p80_ms": p80 * 1e3, "mean_ms": np.mean(times) * 1e3,
-            "max_ms": max(times) * 1e3, "repeats": len(times), "minor_faults": sum(faults),
+            "max_ms": max(times) * 1e3, "repeats": len(times), "warmup_calls": calls, "minor_faults": sum(faults),
             "median_faults": float(np.median(faults))}
 
 

@@ -145,7 +145,7 @@ def measure_step(model: dict, batch: int, seed: int, warmup: int, repeats: int, 
         opt.step()
         opt.zero_grad(set_to_none=True)  # as training does: no zero-fill of the grads
 
-    t = measure(step, warmup, repeats, "cpu", deadline)
+    t = measure(step, warmup, repeats, "cpu", deadline, settle=True)  # a training run's heap, grown
     yield {**t, "faults_per_step": t["median_faults"], "mean_faults_per_step": t["minor_faults"] / t["repeats"],
            "malloc_tuned": tuned,
            "backend": module_backend(lm), "chunk_size": module_chunk_size(lm)}
@@ -161,12 +161,13 @@ def _summary(runs: list[dict]) -> dict:
     failed = next((r for r in runs if r["status"] != "ok"), None)
     if failed:
         return {"backend": "", "chunk_size": "", "median_ms": None, "p20_ms": None, "p80_ms": None,
-                "faults_per_step": None, "mean_faults_per_step": None,
+                "faults_per_step": None, "mean_faults_per_step": None, "warmup_calls": None,
                 "malloc_tuned": None, **failed}
     stats = {k: float(np.median([r[k] for r in runs])) for k in ("median_ms", "p20_ms", "p80_ms")}
     faults = {k: [r[k] for r in runs if r.get(k) is not None] for k in ("faults_per_step", "mean_faults_per_step")}
     return {"backend": runs[-1]["backend"], "chunk_size": runs[-1].get("chunk_size", ""), **stats,
             **{k: float(np.median(v)) if v else None for k, v in faults.items()},
+            "warmup_calls": max(r.get("warmup_calls", 0) for r in runs),  # the most any round needed
             "malloc_tuned": runs[-1].get("malloc_tuned"), "status": "ok", "error": ""}
 
 
@@ -236,7 +237,7 @@ def run(cfg: TrainStepConfig, progress: bool = True) -> list[dict]:
             "faults_per_step": s["faults_per_step"], "mean_faults_per_step": s["mean_faults_per_step"],
             "malloc_tuned": s["malloc_tuned"],
             "status": s["status"], "error": s["error"], "seed": cfg.seed, "warmup": cfg.warmup,
-            "repeats": cfg.repeats, "rounds": cfg.rounds, **env,
+            "warmup_calls": s["warmup_calls"], "repeats": cfg.repeats, "rounds": cfg.rounds, **env,
             "dtype": "bfloat16" if prec == "bf16" else "float32", "precision": prec,
         })
     return out
@@ -308,7 +309,8 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--mixers", default="", help="name[:option=value...],...; default every registered mixer")
     p.add_argument("--points", type=parse_points, default=POINTS, help="LxDxB,... e.g. 64x64x64,256x128x64")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--warmup", type=int, default=2,
+                   help="untimed steps first; up to 8 more while a step still grows the heap (warmup_calls)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--rounds", type=int, default=1, help="repeat the grid; report the median of the rounds")
     p.add_argument("--time-limit", type=float, default=600.0, help="seconds per measurement")
