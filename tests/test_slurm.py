@@ -159,14 +159,20 @@ configs = [
 """
 
 
-def test_days_on_slurm_refusal_pending_no_resubmit_cancel_resume_and_logs(tmp_path, capfd):
-    capsys = capfd  # sbatch writes to the process's stderr itself: read the file descriptors
-    path = tmp_path / "days.py"
-    path.write_text(DAYS)
+def _slurm_sweep(tmp_path: Path, name: str, text: str):
+    """A sweep file ``name``.py of ``text`` in tmp_path: (its path, the results dir, its
+    submitit folder, the --results-dir arguments, a Slurm `run` of 1 CPU and 10 min)."""
+    path = tmp_path / f"{name}.py"
+    path.write_text(text)
     res = tmp_path / "results"
-    logs = res / "days" / "submitit"
     base = ["--results-dir", str(res)]
     argv = ["run", str(path), "--executor", "slurm", *base, "--cpus-per-task", "1", "--time", "10"]
+    return path, res, res / name / "submitit", base, argv
+
+
+def test_days_on_slurm_refusal_pending_no_resubmit_cancel_resume_and_logs(tmp_path, capfd):
+    capsys = capfd  # sbatch writes to the process's stderr itself: read the file descriptors
+    path, res, logs, base, argv = _slurm_sweep(tmp_path, "days", DAYS)
 
     # sbatch's refusal is one `linbench:` line, and leaves no files of the submission
     assert cli([*argv, "--partition", "nowhere"]) == 2
@@ -373,12 +379,7 @@ configs = [RunConfig("toy", {"seed": s, "step_delay": 0.3, "train": train}, f"r{
 def test_a_cancel_while_array_tasks_start_loses_no_run(tmp_path, capsys):
     """Cancelled as the first tasks finish, while queued ones take their place: every run
     ends ok, partial with its checkpoint, or not started; none lost; a rerun finishes all."""
-    path = tmp_path / "churn.py"
-    path.write_text(CHURN)
-    res = tmp_path / "results"
-    logs = res / "churn" / "submitit"
-    base = ["--results-dir", str(res)]
-    argv = ["run", str(path), "--executor", "slurm", *base, "--cpus-per-task", "1", "--time", "10"]
+    path, res, logs, base, argv = _slurm_sweep(tmp_path, "churn", CHURN)
     runs = load_sweep(path).runs
     assert cli(argv) == 0
     _wait(lambda: records(res, "churn"), 180, "a first finished run", logs)
