@@ -45,8 +45,10 @@ def test_our_points_are_the_gap_over_the_chosen_runs(sweep, drawn):
     labels = sorted(label for label in rows["label"].unique() if label.startswith("grassmann"))
     ours = drawn[drawn["source"] == sweep].set_index("reading")
     assert sorted(ours.index) == labels and len(labels) >= 2
-    table = {line.split(" | ")[0].strip("| "): line.split(" | ")[-1].strip(" |")
-             for line in lm_table(frame).splitlines()[2:]}
+    lines = lm_table(frame).splitlines()
+    column = [c.strip() for c in lines[0].strip("|").split("|")].index("val ppl vs attention [95 % CI]")
+    table = {cells[0]: cells[column] for cells in
+             ([c.strip() for c in line.strip("|").split("|")] for line in lines[2:])}
     for label in labels:
         mine = rows.loc[rows["label"] == label, "best_val_ppl"].tolist()
         gap, low, high = gap_interval(mine, base)
