@@ -17,7 +17,7 @@ import zoo
 
 from .plots import plot_decode, plot_lm_comparison, plot_mad, plot_mqar_state, plot_scaling
 from .report import markdown_table, task_section
-from .stats import best_over_lr, chosen, gap_interval, mad_runs, mad_scores, tried_runs
+from .stats import best_over_lr, chosen, gap_interval, mad_runs, mad_scores, split_agreement, tried_runs
 
 SOLVED = 0.9  # the attention control must reach this MQAR accuracy before recall is read
 SEPARABLE = 0.05  # two accuracies closer than this, on one seed a side, are not told apart
@@ -37,6 +37,12 @@ def _seeds(values) -> str:
     """'1 seed', '3 seeds': ``values`` is the seeds' values or their count."""
     n = values if isinstance(values, int) else len(values)
     return f"{n} seed{'s' if n != 1 else ''}"
+
+
+def _solving(values) -> str:
+    """"k of n seeds ≥ SOLVED": how many seeds reach the accuracy the control must, each
+    at its best learning rate, since MQAR seeds are often all or nothing."""
+    return f"{sum(v >= SOLVED for v in values)} of {_seeds(values)} ≥ {SOLVED}"
 
 
 def correctness_rows(checks: list[dict]) -> tuple[list[list], bool]:
@@ -64,18 +70,19 @@ def recall_rows(frame: pd.DataFrame, mixer: str) -> list[list]:
         where = f"L {int(L)}, d {int(d)}"
         control = acc.get("attention", [])
         if not control or statistics.fmean(control) < SOLVED:
-            out.append([f"recall (MQAR, {where}): the attention control solves it (≥ {SOLVED})",
-                        f"{statistics.fmean(control):.3f} ({_seeds(control)})" if control else "not run",
+            out.append([f"recall (MQAR, {where}): the attention control solves it (mean test accuracy ≥ {SOLVED})",
+                        f"{statistics.fmean(control):.3f} ({_solving(control)})" if control else "not run",
                         "does not hold: recall not read"])
             continue
         mine, window = acc.get(mixer, []), acc.get("sliding_window", [])
         if mine and window:
-            out.append([f"recall (MQAR, {where}): above the sliding-window control",
-                        f"{statistics.fmean(mine):.3f} vs {statistics.fmean(window):.3f} ({_seeds(mine)} a side)",
-                        _verdict(mine, window)])
+            out.append([f"recall (MQAR, {where}): above the sliding-window control (test accuracy)",
+                        f"{statistics.fmean(mine):.3f} vs {statistics.fmean(window):.3f} ({_seeds(mine)} a side; "
+                        f"{_solving(mine)} vs {_solving(window)})", _verdict(mine, window)])
         if mine:
-            out.append([f"recall (MQAR, {where}): within {SEPARABLE} of attention",
-                        f"{statistics.fmean(mine):.3f} vs {statistics.fmean(control):.3f} ({_seeds(mine)} a side)",
+            out.append([f"recall (MQAR, {where}): within {SEPARABLE} of attention (test accuracy)",
+                        f"{statistics.fmean(mine):.3f} vs {statistics.fmean(control):.3f} ({_seeds(mine)} a side; "
+                        f"{_solving(mine)} vs {_solving(control)})",
                         "holds" if statistics.fmean(control) - statistics.fmean(mine) <= SEPARABLE else
                         "does not hold"])
     return out
@@ -87,7 +94,7 @@ def mad_rows(frame: pd.DataFrame, mixer: str) -> list[list]:
     the mixer): the mean over those tasks, mixer against control."""
     runs = mad_runs(frame)
     scored = mad_scores(runs) if not runs.empty else pd.DataFrame()
-    claim = "capabilities (MAD): above attention on the tasks the control solves"
+    claim = "capabilities (MAD, test accuracy): above attention on the tasks the control solves"
     if mixer not in scored.index or "attention" not in scored.index:
         return [[claim, "no run finished", "not run"]]
     tasks = [c for c in scored.columns if c not in ("MAD score", "settings")]
@@ -102,26 +109,49 @@ def mad_rows(frame: pd.DataFrame, mixer: str) -> list[list]:
     return [[claim, f"{mine:.3f} vs {control:.3f} on {', '.join(solved)}; {number}", _verdict([mine], [control])]]
 
 
+def _params_text(picked: pd.DataFrame, mixer: str) -> str:
+    """The mixer's and attention's parameter counts: outside the embeddings (what the
+    models are matched on) and in total (tied embeddings included), where records hold them."""
+    def count(label, column):
+        values = picked.loc[picked["label"] == label, column].dropna() if column in picked else pd.Series(dtype=float)
+        return f"{values.iloc[0] / 1e6:.2f}M" if len(values) else "–"
+    return (f"params w/o embeddings {count(mixer, 'params_no_embeddings')} vs "
+            f"{count('attention', 'params_no_embeddings')}, total {count(mixer, 'params')} vs {count('attention', 'params')}")
+
+
 def lm_rows(frame: pd.DataFrame, mixer: str) -> list[list]:
     """Wikitext-2: the mixer's validation perplexity against parameter-matched attention's,
-    as the gap of geometric means with its Welch interval where both have 2 seeds."""
+    as the gap of geometric means with its Welch interval where both have 2 seeds, the
+    parameter counts beside it (matched and total), and the same gap on test on the same
+    runs, with whether it agrees (``stats.split_agreement``)."""
     ok = frame[(frame["task"] == "wikitext2") & (frame["run_status"] == "ok")] if "task" in frame else frame
     if ok.empty:
-        return [["language modelling (Wikitext-2): lower perplexity than attention",
+        return [["language modelling (Wikitext-2): lower validation perplexity than attention",
                  "not run: no local Wikitext-2 (set LINBENCH_DATA)", "not run"]]
     picked = chosen(ok.dropna(axis=1, how="all"), "wikitext2")
     mine, base = (picked.loc[picked["label"] == m, "best_val_ppl"].tolist() for m in (mixer, "attention"))
     if not mine or not base:
-        return [["language modelling (Wikitext-2): lower perplexity than attention", "a side has not finished",
-                 "not run"]]
-    gap, low, high = gap_interval(mine, base)
+        return [["language modelling (Wikitext-2): lower validation perplexity than attention",
+                 "a side has not finished", "not run"]]
+    gap, low, high = val = gap_interval(mine, base)
     if low is None:
         verdict = "not separable" if abs(gap) <= SEPARABLE else "holds" if gap < 0 else "does not hold"
     else:
         verdict = "holds" if high < 0 else "does not hold" if low > 0 else "not separable"
     where = "" if low is None else f" [95 % CI {100 * low:+.1f} %, {100 * high:+.1f} %]"
-    return [["language modelling (Wikitext-2): lower validation perplexity than attention, matched parameters",
-             f"{100 * gap:+.1f} %{where} ({len(mine)} vs {len(base)} seeds)", verdict]]
+    tests = [picked.loc[picked["label"] == m, "test_ppl"].dropna().tolist() if "test_ppl" in picked else []
+             for m in (mixer, "attention")]
+    if all(tests):
+        test = gap_interval(*tests)
+        on_test = (f"; on test {100 * test[0]:+.1f} %"
+                   + ("" if test[1] is None else f" [95 % CI {100 * test[1]:+.1f} %, {100 * test[2]:+.1f} %]")
+                   + f": {split_agreement(val, test)}")
+    else:
+        on_test = "; no test perplexity recorded"
+    return [["language modelling (Wikitext-2): lower validation perplexity than attention, matched parameters "
+             "(outside the embeddings)",
+             f"validation {100 * gap:+.1f} %{where} ({len(mine)} vs {len(base)} seeds){on_test}; "
+             f"{_params_text(picked, mixer)}", verdict]]
 
 
 def _ratio_row(rows: pd.DataFrame, mixer: str, x: str, y: str, claim: str, unit: str) -> list[list]:

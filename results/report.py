@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .stats import (SELECT_ON, best_over_lr, bracket, chosen, gap_interval, mad_params, mad_runs, mad_scores,
+from .stats import (SELECT_ON, best_over_lr, bracket, chosen, gap_interval, mad_params, mad_runs, mad_scores, mad_totals,
                     model_keys, published_mad_scores, read_published, shared_settings, tried_runs)
 
 # The metrics a task's table shows first; other tasks show what looks like a metric.
@@ -101,16 +101,18 @@ def mad_section(runs: pd.DataFrame) -> str:
     (``stats.mad_runs``), and the settings left out of it (``mad_changes``)."""
     table = mad_scores(runs)
     tasks = [c for c in table.columns if c not in ("MAD score", "settings")]
-    params = mad_params(runs)
+    params, totals = mad_params(runs), mad_totals(runs)
+    span = (lambda low, high: "–" if pd.isna(low) else str(int(low)) if low == high else f"{int(low)}–{int(high)}")
     body = [[label, _fmt(row["MAD score"]), *(_fmt(row[t]) for t in tasks), int(row["settings"]),
-             "–" if pd.isna(params[label]) else int(params[label])]
+             "–" if pd.isna(params[label]) else int(params[label]), span(*totals[label])]
             for label, row in table.iterrows()]
     return ("## mad\n\nPer setting the test accuracy MAD reports (its macro accuracy at the evaluation of "
             "lowest test perplexity), best over the learning-rate x weight-decay sweep (mean over seeds); "
             "per task, the mean over the task's settings that every model which ran it has run; MAD score: "
             "the mean of the task columns (the published tables' Average); params: outside the embedding and "
-            "head (MAD fixes the width, not the size).\n\n"
-            + markdown_table(["label", "MAD score", *tasks, "settings", "params"], body)
+            "head (MAD fixes the width, not the size); params total: with them, over the settings run (the "
+            "embedding grows with a task's vocabulary).\n\n"
+            + markdown_table(["label", "MAD score", *tasks, "settings", "params", "params total"], body)
             + "\n\nThe settings only some models ran, each model's baseline → the change:\n\n" + mad_changes(runs))
 
 
@@ -377,6 +379,8 @@ def published_values(picked: dict[str, pd.DataFrame], published: pd.DataFrame) -
         for label, grp in ours.groupby("label"):
             mine = pd.to_numeric(grp[col], errors="coerce").dropna()
             params = _fmt(float(grp["params"].iloc[0])) if "params" in grp else "–"
+            if "params_no_embeddings" in grp and grp["params_no_embeddings"].notna().any():
+                params += f" (w/o embeddings {_fmt(float(grp['params_no_embeddings'].dropna().iloc[0]))})"
             lines.append([pub["task"], pub["setting"], f"{pub['model']} ({pub['source']})",
                           _fmt(pd.to_numeric(pub.get("params"), errors="coerce")), f"{pub['metric']} {pub['split']}",
                           _fmt(value), label, params, _stat(grp[col]), _rate(grp),
@@ -401,7 +405,7 @@ def published_section(df: pd.DataFrame, published: pd.DataFrame) -> str:
     if values:
         parts.append("Accuracy in the same setting, ours at the learning rate chosen on validation (mean ± sd over "
                      "the seeds at that rate):\n\n" + markdown_table(
-                         ["task", "setting", "published model", "params", "metric", "published", "ours", "params",
+                         ["task", "setting", "published model", "params", "metric", "published", "ours", "params total",
                           "ours (mean ± sd)", "lr", "ours − published"], values))
     return "\n\n".join(parts)
 

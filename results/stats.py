@@ -254,6 +254,17 @@ def mad_params(rows: pd.DataFrame) -> pd.Series:
     return column.groupby(rows["label"]).max()
 
 
+def mad_totals(rows: pd.DataFrame) -> pd.Series:
+    """Per label, the range of its total parameters (embedding and head included) over the
+    MAD settings it ran, as (smallest, largest): the totals grow with each task's
+    vocabulary, so one number would hide which setting it is; (NaN, NaN) for records
+    without the field."""
+    column = rows["params"] if "params" in rows else pd.Series(float("nan"), rows.index)
+    by = column.groupby(rows["label"])
+    return pd.Series({label: (low, high) for label, low, high in zip(by.min().index, by.min(), by.max())},
+                     dtype=object)
+
+
 def read_published(path: str | Path | None = PUBLISHED) -> pd.DataFrame | None:
     """tasks/published.csv (or ``path``): a row per published number; None where ``path``
     is None or no file (a report or figure then leaves the published numbers out)."""
@@ -289,3 +300,14 @@ def position_curves(frame: pd.DataFrame) -> pd.DataFrame:
                           "position": k * int(r["seq_len"]), "ppl": v}
                          for _, r in rows.iterrows() for f, ppls in json.loads(r["ppl_by_position"]).items()
                          for k, v in enumerate(ppls)])
+
+
+def split_agreement(val: tuple, test: tuple) -> str:
+    """Whether a gap read on test (``gap_interval``'s (gap, low, high)) says what the one
+    read on validation does: "the same sign" or "the opposite sign", and, where the test
+    gap has an interval, whether it excludes 0 (a validation verdict whose test interval
+    includes 0 is not confirmed by test)."""
+    sign = "the same sign" if (val[0] > 0) == (test[0] > 0) else "the opposite sign"
+    if test[1] is None:
+        return sign + " (no interval)"
+    return sign + (", its interval includes 0" if test[1] <= 0 <= test[2] else ", its interval excludes 0")

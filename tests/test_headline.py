@@ -1,5 +1,6 @@
 """results.paper.headline: the README's tables, on small synthetic records."""
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -61,22 +62,27 @@ def test_mqar_points_with_more_seeds_give_mean_and_spread():
             {**_mqar("a", 64, 32, 1e-2, 0.8), "seed": 1}, {**_mqar("a", 64, 32, 1e-2, 1.0), "seed": 2},
             _mqar("b", 64, 32, 1e-3, 0.5), _mqar("b", 64, 32, 1e-2, 0.4)]
     lines = mqar_table(pd.DataFrame(rows)).splitlines()
-    assert lines[2:] == ["| a | 0.900 ± 0.100 (3)† | 1 |", "| b | 0.500† | 1 |"]
+    # one of the three seeds (seed 2, 1.0) reaches 0.99: the count stands beside the mean
+    assert lines[2:] == ["| a | 0.900 ± 0.100 (3; 1 ≥ 0.99)† | 1 |", "| b | 0.500† | 1 |"]
 
 
 def test_lm_table_gives_the_gap_with_its_interval():
     def run(label, mixer, seed, val, lr=1e-3):
         return {"task": "wikitext2", "run_status": "ok", "label": label, "mixer": mixer, "seed": seed,
-                "best_val_ppl": val, "test_ppl": val + 1, "params_no_embeddings": 4.7e6,
+                "best_val_ppl": val, "test_ppl": val + 1, "params_no_embeddings": 4.7e6, "params": 6.3e6,
                 "train_flops_per_token": 42.27e6, "epochs_seen": 2.0, "config.train.lr": lr}
     frame = pd.DataFrame([run("attention", "attention", 0, 200.0), run("attention", "attention", 1, 204.0),
                           run("grassmann", "grassmann", 0, 230.0), run("grassmann", "grassmann", 1, 226.0),
                           run("grassmann", "grassmann", 0, 240.0, 5e-4), run("grassmann", "grassmann", 0, 231.0, 2e-3)])
     gap, low, high = gap_interval([230.0, 226.0], [200.0, 204.0])
     lines = lm_table(frame).splitlines()
-    assert lines[2].startswith("| attention | 4.70M | 42.3M | 2.00 | 0.001 | 2 | 202.0 ± 2.8 | 203.0 ± 2.8 | 0 |")
+    assert lines[0].startswith("| model | params w/o embeddings (matched) | params total |")
+    assert lines[2] == "| attention | 4.70M | 6.30M | 42.3M | 2.00 | 0.001 | 2 | 202.0 ± 2.8 | 203.0 ± 2.8 | 0 | 0 |"
     want = f"+{100 * gap:.1f} % [+{100 * low:.1f} %, +{100 * high:.1f} %]"
-    assert lines[3] == f"| grassmann | 4.70M | 42.3M | 2.00 | 0.001 (best of 3) | 2 | 228.0 ± 2.8 | 229.0 ± 2.8 | {want} |"
+    test, tlow, thigh = gap_interval([231.0, 227.0], [201.0, 205.0])  # the same runs' test perplexities
+    on_test = f"+{100 * test:.1f} % [+{100 * tlow:.1f} %, +{100 * thigh:.1f} %]"
+    assert lines[3] == (f"| grassmann | 4.70M | 6.30M | 42.3M | 2.00 | 0.001 (best of 3) | 2 | 228.0 ± 2.8 | "
+                        f"229.0 ± 2.8 | {want} | {on_test} |")
 
 
 def test_precision_table_pairs_seeds_and_judges_the_change_against_the_fp32_spread():
@@ -104,9 +110,17 @@ def test_precision_table_pairs_seeds_and_judges_the_change_against_the_fp32_spre
                               f"perplexity by no more than one fp32 seed sd; the largest change is "
                               f"+{100 * np.expm1(change_b):.2f} % (b, {change_b / sd_b:.1f} sd)")
     # on the seeds both ran: a 300 -> 303 (seed 0), b 280.5 -> 290.5, e 200 -> 201: no pair swaps
-    assert verdict.endswith("; 0 of 3 pairs of models change order.")
+    assert verdict.endswith("; 0 of 3 pairs of models change order. No test perplexity to read it again on.")
     swapped = precision_verdict(pd.DataFrame(runs("a", {0: 303.0}) + runs("b", {0: 305.0})), fp32)
-    assert swapped.endswith("; 1 of 1 pairs of models change order (b / a).")
+    assert "; 1 of 1 pairs of models change order (b / a)." in swapped
+    # with test perplexities the same verdict is read again on test, on the same runs: there a
+    # and b keep their order in bf16 (test = val except b's bf16 seed 0, which falls below a's)
+    tested = (lambda frame, moved={}: frame.assign(test_ppl=[moved.get((r.label, r.seed), r.best_val_ppl)
+                                                             for r in frame.itertuples()]))
+    low = pd.DataFrame(runs("a", {0: 303.0}) + runs("b", {0: 290.0}))
+    again = precision_verdict(tested(low, {("b", 0): 310.0}), tested(fp32))
+    assert "; 0 of 1 pairs of models change order. Read again on test, on the same runs: " in again
+    assert again.endswith("; 1 of 1 pairs of models change order (b / a).")
 
 
 def test_lr_bracket_compares_the_rates_on_their_shared_seeds():
@@ -137,13 +151,15 @@ def test_mad_table_puts_ours_beside_the_published_scores():
                           run("a", "memorization", "s2", 1e-3, 1.0), run("b", "compression", "s1", 1e-3, 0.9),
                           {**run("b", "memorization", "s2", 1e-3, 1.0), "run_status": "failed"}])
     frame["params_no_embeddings"] = [396800, 396800, 396800, 545792, 545792]
+    frame["params"] = [402944, 402944, 531968, 551936, 551936]  # the embedding grows with a task's vocabulary
     pub = pd.DataFrame([{"task": "mad", "model": "T", "setting": t, "value": v}
                         for t, v in (("compression", 0.5), ("memorization", 0.8), ("average", 0.65))])
     lines = mad_table(frame, pub).splitlines()
-    assert lines[0] == "| model | params w/o embeddings | settings | MAD score | compression | memorization |"
-    assert lines[2:] == ["| b (ours) | 546k | 1 | 0.900* | 0.900 | – |",  # its failed run is no score: * one task of two
-                         "| a (ours) | 397k | 2 | 0.700 | 0.400 | 1.000 |",  # best lr per setting, then the mean
-                         "| T (MAD) | – | all | 0.650 | 0.500 | 0.800 |"]
+    assert lines[0] == ("| model | params w/o embeddings | params total (over the settings) | settings | MAD score | "
+                        "compression | memorization |")
+    assert lines[2:] == ["| b (ours) | 546k | 552k | 1 | 0.900* | 0.900 | – |",  # failed run: no score, * one task of two
+                         "| a (ours) | 397k | 403k–532k | 2 | 0.700 | 0.400 | 1.000 |",  # best lr per setting, then the mean
+                         "| T (MAD) | – | – | all | 0.650 | 0.500 | 0.800 |"]
 
 
 def test_reach_shares_count_the_queries_whose_value_the_model_can_see():
@@ -170,6 +186,11 @@ def test_mqar_reach_sets_each_local_stack_beside_its_two_reaches():
     assert len(lines) == 4 and lines[3].startswith("| sliding_window | 0.700 / 0.700 (")  # attention is not local
 
 
+def _mean_verdict(line: str) -> str:
+    """A findings row's verdict without the seed counts that follow it."""
+    return re.split(r"; (?:reaching|seeds that lose)", line.rsplit(" | ", 1)[1][:-2])[0]
+
+
 def test_zoology_findings_judge_each_claim_from_the_best_lr():
     rows = []
     for L in (64, 128):
@@ -184,7 +205,7 @@ def test_zoology_findings_judge_each_claim_from_the_best_lr():
     rows += [_mqar("grassmann+positions", 64, d, lr, 0.1) for d in (32, 64) for lr in (1e-3, 1e-2)]
     rows += [_mqar("grassmann+attention", 64, 64, lr, 0.999) for lr in (1e-3, 1e-2)]
     rows.append({**_mqar("grassmann+attention", 128, 64, 1e-3, 1.0), "run_status": "failed"})
-    verdicts = {line.split(" | ")[0][2:]: line.rsplit(" | ", 1)[1][:-2]
+    verdicts = {line.split(" | ")[0][2:]: _mean_verdict(line)
                 for line in zoology_findings(pd.DataFrame(rows)).splitlines()[2:]}
     got = {" ".join(claim.split(",")[0].split(" ")[:2]): v for claim, v in verdicts.items()}
     assert got == {"attention solves": "yes", "a local": "yes", "the Grassmann": "yes", "learned positions": "yes",
@@ -212,13 +233,13 @@ def test_zoology_findings_judge_each_claim_from_the_best_lr():
     rows += [_mqar("gated_deltanet", 128, 64, 1e-3, 0.1),
              {**_mqar("gated_deltanet", 128, 32, 1e-2, float("nan")), "run_status": "diverged"}]
     lines = zoology_findings(pd.DataFrame(rows)).splitlines()
-    assert lines[8].startswith("| gated_deltanet") and lines[8].endswith("| yes (d 32†); untested: d 64 recalls nothing at L 64 |")  # †: 0.3 at its smaller lr
+    assert lines[8].startswith("| gated_deltanet") and _mean_verdict(lines[8]) == "yes (d 32†); untested: d 64 recalls nothing at L 64"  # †: 0.3 at its smaller lr
     # a width that keeps its recall does not refute a loss at another: named beside it
     kept = [{**r, "accuracy": 0.9} if r["label"] == "gated_deltanet" and r["d_model"] == 64 else r for r in rows]
     lines = zoology_findings(pd.DataFrame(kept)).splitlines()
-    assert lines[8].endswith("| yes at d 32†; d 64 pending |")
+    assert _mean_verdict(lines[8]) == "yes at d 32†; d 64 pending"
     lines = zoology_findings(pd.DataFrame(kept + [_mqar("gated_deltanet", 128, 64, 1e-2, 0.9)])).splitlines()
-    assert lines[8].endswith("| yes at d 32† (kept at d 64) |")
+    assert _mean_verdict(lines[8]) == "yes at d 32† (kept at d 64)"
     # a window above its reach, or a Grassmann row far from the window's, is named; with no †
     # though the window's best is its largest lr: a better window could not turn either
     rows = [{**r, "accuracy": {1e-3: 0.85, 1e-2: 0.9}[r["lr"]]}
@@ -229,7 +250,28 @@ def test_zoology_findings_judge_each_claim_from_the_best_lr():
     rows = [{**r, "accuracy": {1e-3: 0.2, 1e-2: 0.3}[r["lr"]]} if r["label"] == "mamba2" and r["seq_len"] == 64
             else r for r in rows]
     lines = zoology_findings(pd.DataFrame(rows)).splitlines()
-    assert lines[6].startswith("| mamba2") and lines[6].endswith("| no (d 32†; d 64†) |")
+    assert lines[6].startswith("| mamba2") and _mean_verdict(lines[6]) == "no (d 32†; d 64†)"
+
+
+def test_zoology_findings_count_the_seeds_that_solve_and_that_lose_recall():
+    """Each verdict on a mean states how many seeds (each at its best lr) reach 0.99, or lose
+    recall on their own: a mean of bimodal seeds reads the same as seeds that all sit there."""
+    rows = []
+    for L in (64, 128):
+        for d in (32, 64):
+            rows += [_mqar("attention", L, d, lr, acc) for lr, acc in ((1e-3, 0.5), (1e-2, 0.995))]
+            rows += [_mqar("mamba2", L, d, lr, 1.0 if L == 64 else 0.4) for lr in (1e-3, 1e-2)]
+    # two more seeds at attention's best lr at L 128 d 64: one solves, one does not (mean 0.83)
+    rows += [{**_mqar("attention", 128, 64, 1e-2, 0.999), "seed": 1}, {**_mqar("attention", 128, 64, 1e-2, 0.5), "seed": 2}]
+    # mamba2 at d 32: seed 1 solves both ends (keeps recall), seed 2 solves neither and loses it
+    rows += [{**_mqar("mamba2", 64, 32, 1e-2, 1.0), "seed": 1}, {**_mqar("mamba2", 128, 32, 1e-2, 1.0), "seed": 1},
+             {**_mqar("mamba2", 64, 32, 1e-2, 0.9), "seed": 2}, {**_mqar("mamba2", 128, 32, 1e-2, 0.3), "seed": 2}]
+    lines = {line.split(" | ")[0][2:].split(",")[0]: line for line in zoology_findings(pd.DataFrame(rows)).splitlines()[2:]}
+    attention = lines["attention solves every setting (≥ 0.99 at the largest width)"]
+    assert "L 128: 0.831 ± 0.287 (3; 2 ≥ 0.99)" in attention
+    assert attention.endswith("| no (L 128†); reaching 0.99 (solved): L 64 1 of 1 seed, L 128 2 of 3 seeds |")
+    assert lines["mamba2"].endswith("; seeds that lose recall (on their own, at both ends): d 32 2 of 3 "
+                                    "(solved at L 64: 2, at L 128: 1), d 64 1 of 1 (solved at L 64: 1, at L 128: 0) |")
 
 
 def test_gap_placement_reads_each_model_at_its_best_lr_beside_the_published_range():
@@ -243,8 +285,9 @@ def test_gap_placement_reads_each_model_at_its_best_lr_beside_the_published_rang
     one = pd.DataFrame([run("attention", 0, 100.0), run("grassmann", 0, 125.0),
                         run("grassmann gated_residual", 0, 105.0)])  # a control of another label: not ours
     assert gap_placement(one, pub) == (
-        "Ours at 6L/128, each model at its best learning rate: +25.0 % (seeds: 1 Grassmann, 1 attention; "
-        "best of 1 and 1 learning rates; no interval yet). The 3 published gaps at 6L/128 run from +1.0 % to +90.0 %; they were measured "
+        "Ours at 6L/128, each model at its best learning rate, on validation perplexity: +25.0 % (seeds: 1 Grassmann, "
+        "1 attention; best of 1 and 1 learning rates; no interval yet); no test perplexity recorded. The 3 published "
+        "validation gaps at 6L/128 run from +1.0 % to +90.0 %; they were measured "
         "with other tokenizers, epochs and recipes, so they are context for ours, not a test of it.")
     # a bracket at seed 0, two more seeds at the best: the worse rate's run is left out
     two = pd.DataFrame([run("attention", 0, 100.0), run("attention", 1, 101.0), run("attention", 0, 150.0, 2e-3),
@@ -253,6 +296,17 @@ def test_gap_placement_reads_each_model_at_its_best_lr_beside_the_published_rang
     assert f"+{100 * gap:.1f} % [95 % CI {100 * low:+.1f} %, {100 * high:+.1f} %] (seeds: 2 Grassmann, 2 attention; best of 2 and 2 learning rates)" \
         in gap_placement(two, pub)
     assert gap_placement(one[one["mixer"] == "attention"], pub).startswith("No Grassmann-vs-attention gap")
+    # read again on test on the same runs (each at the rate chosen on validation): where test
+    # disagrees in sign, and where its interval includes 0, it says so
+    flipped = two.assign(test_ppl=two["best_val_ppl"].where(two["label"] == "attention", 95.0))
+    flipped.loc[flipped["config.train.lr"] == 2e-3, "test_ppl"] = 1.0  # the rate not chosen: never read
+    test, tlow, thigh = gap_interval([95.0, 95.0], [100.0, 101.0])
+    assert (f"; on test perplexity {100 * test:+.1f} % [95 % CI {100 * tlow:+.1f} %, {100 * thigh:+.1f} %]: "
+            "the opposite sign, its interval includes 0.").replace("-", "−") in gap_placement(flipped, pub)
+    wide = two.assign(test_ppl=[100.0, 101.0, 1.0, 1.0, 90.0, 120.0])
+    assert ": the same sign, its interval includes 0." in gap_placement(wide, pub)
+    agrees = two.assign(test_ppl=[100.0, 101.0, 1.0, 1.0, 120.0, 121.0])
+    assert ": the same sign, its interval excludes 0." in gap_placement(agrees, pub)
 
 
 def test_reading_gaps_set_each_reading_beside_the_papers_on_the_same_seed_and_rate():
@@ -264,14 +318,18 @@ def test_reading_gaps_set_each_reading_beside_the_papers_on_the_same_seed_and_ra
                           run("grassmann", 0, 140.0, 1e-3), run("grassmann pre-LN", 0, 150.0),
                           run("grassmann gated_residual", 0, 110.0, 1e-3)])
     assert reading_gaps(frame) == (
-        "The gap to attention (2 seeds at its best rate) under other readings of the grassmann block: "
+        "The gap to attention (2 seeds at its best rate) on validation perplexity under other readings of the "
+        "grassmann block, each read again on test on the same runs: "
         "gated_residual +10.0 % (seed 0, lr 0.001, where the paper's reading on the same seed and rate reads "
-        "+40.0 %); pre-LN +50.0 % (seed 0, lr 0.002, where the paper's reading on the same seed and rate reads "
-        "+25.0 %).")
+        "+40.0 %; no test perplexity recorded); pre-LN +50.0 % (seed 0, lr 0.002, where the paper's reading on the "
+        "same seed and rate reads +25.0 %; no test perplexity recorded).")
+    assert "pre-LN +50.0 % (seed 0, lr 0.002, where the paper's reading on the same seed and rate reads +25.0 %; " \
+        "on test perplexity −10.0 %: the opposite sign (no interval))" in reading_gaps(frame.assign(
+            test_ppl=frame["best_val_ppl"].where(frame["label"] != "grassmann pre-LN", 90.0)))
     assert reading_gaps(frame[~frame["label"].str.contains(" ")]).startswith("No other reading")
     # the paper's reading not run on the reading's seed: no comparison is claimed
     lone = frame[~((frame["label"] == "grassmann") & (frame["config.train.lr"] == 1e-3))]
-    assert "gated_residual +10.0 % (seed 0, lr 0.001);" in reading_gaps(lone)
+    assert "gated_residual +10.0 % (seed 0, lr 0.001; no test perplexity recorded);" in reading_gaps(lone)
     # a reading with a bracket of its own is read at its best rate; attention run in the same
     # reading (the pre-LN Transformer) is a second control, at its own best rate
     bracketed = pd.concat([frame, pd.DataFrame([run("grassmann pre-LN", 0, 140.0, 1e-3),
@@ -279,7 +337,8 @@ def test_reading_gaps_set_each_reading_beside_the_papers_on_the_same_seed_and_ra
                                                 run("attention pre-LN", 0, 130.0)])])
     assert reading_gaps(bracketed).endswith(
         "pre-LN +40.0 % (seed 0, lr 0.001, best of 2 rates, where the paper's reading on the same seed and rate "
-        "reads +40.0 %); against attention pre-LN (seed 0, lr 0.001, best of 2 rates): +25.0 %.")
+        "reads +40.0 %; no test perplexity recorded); against attention pre-LN (seed 0, lr 0.001, best of 2 rates): "
+        "+25.0 %.")
 
 
 def test_mad_agreement_counts_the_pairs_in_mads_order():
@@ -294,7 +353,7 @@ def test_mad_agreement_counts_the_pairs_in_mads_order():
                                                    ("GLA", "gla", 0.4, 0.7), ("Hyena", "hyena", 0.1, 0.1))
                         for task, v in (("compression", c), ("memorization", m), ("average", (c + m) / 2))])
     lines = mad_agreement(frame, pub).splitlines()
-    assert lines[0] == "| task | MAD (published) | linbench (mad_cpu; one run a setting) | pairs in MAD's order |"
+    assert lines[0] == "| task (test accuracy) | MAD (published) | linbench (mad_cpu; one run a setting) | pairs in MAD's order |"
     assert lines[2] == ("| compression | attention 0.600 > mamba 0.500 > gla 0.400 | "
                         "attention 0.500 > gla 0.400 > mamba 0.300 | 2 of 3 |")  # grassmann and hyena: one side only
     assert lines[3] == "| memorization | attention 0.900 > gla 0.700 | attention 1.000 > gla 0.200 | 1 of 1 |"

@@ -216,3 +216,60 @@ def test_the_compiled_decode_step_table_is_the_committed_csvs():
         assert {r["command"].replace("eager", "auto") for r in rows["eager"]} == {r["command"] for r in rows["auto"]}
         pairs.append((setting, rows["eager"], rows["auto"]))
     assert step_impl_table(pairs) in (ROOT / "docs" / "performance.md").read_text()
+
+
+def _table_rows(text: str, name: str) -> dict[str, list[str]]:
+    """{first cell: cells} of the headline table NAME as a page shows it."""
+    body = text.split(f"<!-- headline:{name} -->\n", 1)[1].split("<!-- /headline -->", 1)[0]
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in body.splitlines() if line.startswith("|")]
+    return {row[0]: row for row in rows[2:]}
+
+
+def test_the_lm_tables_total_is_zoos_count_of_each_records_model():
+    """The README's Wikitext-2 table shows, beside the count the models are matched on (no
+    embeddings), the total with tied embeddings: both are zoo's count of the model each
+    record's config builds, at the vocabulary it trained with."""
+    import json
+
+    from zoo import ModelConfig, config_params
+
+    rows = _table_rows((ROOT / "README.md").read_text(), "wikitext2_cpu")
+    header = (ROOT / "README.md").read_text().split("<!-- headline:wikitext2_cpu -->\n", 1)[1].splitlines()[0]
+    cells = [c.strip() for c in header.strip().strip("|").split("|")]
+    matched, total = cells.index("params w/o embeddings (matched)"), cells.index("params total")
+    seen = set()
+    for path in sorted((REFERENCE / "wikitext2_cpu").glob("*.json")):
+        record = json.loads(path.read_text())
+        label = record.get("label") or record["config"]["model"]["mixer"]
+        if record["status"] != "ok" or label not in rows or label in seen:
+            continue
+        seen.add(label)
+        cfg = ModelConfig(**{**record["config"]["model"], "vocab_size": record["metrics"]["vocab_size"]})
+        assert rows[label][total] == f"{config_params(cfg) / 1e6:.2f}M", label
+        assert rows[label][matched] == f"{config_params(cfg, include_embeddings=False) / 1e6:.2f}M", label
+        # tied embeddings are most of a 2-layer model: the totals are what differ, not the matched counts
+        assert config_params(cfg) > 2 * config_params(cfg, include_embeddings=False)
+    assert rows and seen == set(rows)
+
+
+def test_the_recall_findings_count_the_seeds_that_solve_from_the_records():
+    """The results page's MQAR findings say how many seeds of a point reach 0.99: counted
+    here from the records themselves (per seed the best accuracy over the learning rates)."""
+    import json
+
+    best: dict[tuple, float] = {}
+    for path in (REFERENCE / "mqar_cpu").glob("*.json"):
+        record = json.loads(path.read_text())
+        if record["status"] != "ok" or (record.get("label") or "") != "grassmann+attention":
+            continue
+        m = record["metrics"]
+        key = (m["seq_len"], m["d_model"], m["seed"])
+        best[key] = max(best.get(key, 0.0), m["accuracy"])
+    L = max(k[0] for k in best)
+    seeds = [acc for (length, d, _), acc in best.items() if length == L and d == max(k[1] for k in best)]
+    assert len(seeds) > 1  # a point with several seeds: the count is what the mean alone hides
+    row = _table_rows(RESULTS_PAGE.read_text(), "mqar_cpu_findings")[
+        "one attention layer gives the Grassmann stack recall (≥ 0.99 at the largest width)"]
+    n = len(seeds)
+    assert f"L {L} {sum(a >= 0.99 for a in seeds)} of {n} seeds" in row[-1]
+    assert f"({n}; {sum(a >= 0.99 for a in seeds)} ≥ 0.99)" in row[2]

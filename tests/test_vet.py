@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 import zoo
-from results.card import _verdict, cost_rows, mad_rows
+from results.card import _verdict, cost_rows, lm_rows, mad_rows, recall_rows
 from results.records import load_records, records_frame
 from sweeps.cli import main as cli
 from sweeps.spec import local_data_dir
@@ -51,7 +51,7 @@ def test_a_correct_outside_mixer_gets_every_section(tmp_path):
     # MQAR (it and 2 controls), MAD (6 tasks x 2), training-step timings (it and attention), decode timings
     assert len(list(folder.glob("*.json"))) == 3 + 12 + lm + 2 + decodes
     assert ("language modelling (Wikitext-2): lower validation perplexity" in verdicts) == bool(lm)
-    assert "capabilities (MAD): above attention on the tasks the control solves" in verdicts
+    assert "capabilities (MAD, test accuracy): above attention on the tasks the control solves" in verdicts
     # a second vet resumes: nothing reruns, the same card
     assert cli(["vet", "outside_mixers.shift:ShiftMix", "--budget", "test", "--results-dir", str(tmp_path)]) == 0
 
@@ -121,10 +121,39 @@ def test_seeds_follow_each_brackets_best_rate():
 def test_the_cards_mad_verdict_reads_only_the_tasks_the_control_solves():
     frame = records_frame(load_records(REFERENCE / "mad_cpu"))
     line = mad_rows(frame, "grassmann")[0]
-    assert line[0] == "capabilities (MAD): above attention on the tasks the control solves"
+    assert line[0] == "capabilities (MAD, test accuracy): above attention on the tasks the control solves"
     assert "the control solves" in line[1] and line[2] in ("holds", "does not hold", "not separable")
     unsolved = frame.assign(accuracy=frame["accuracy"].where(frame["label"] != "attention", 0.5))
     assert mad_rows(unsolved, "grassmann")[0][2] == "does not hold: no task is read"
+
+
+def test_the_cards_lm_verdict_gives_both_counts_and_reads_test_too():
+    """The Wikitext-2 verdict reads validation, names it, sets the test gap on the same runs
+    beside it with whether it agrees, and both parameter counts: matched and total."""
+    frame = records_frame(load_records(REFERENCE / "wikitext2_cpu"))
+    claim, number, verdict = lm_rows(frame, "mamba2")[0]
+    assert claim.startswith("language modelling (Wikitext-2): lower validation perplexity than attention")
+    assert number.startswith("validation -") and "; on test -" in number
+    assert ": the same sign, its interval excludes 0;" in number and verdict == "holds"
+    ok = frame[(frame["label"] == "mamba2") & (frame["run_status"] == "ok")]
+    assert f"params w/o embeddings {ok['params_no_embeddings'].iloc[0] / 1e6:.2f}M vs " in number
+    assert f"total {ok['params'].iloc[0] / 1e6:.2f}M vs " in number
+    flipped = frame.assign(test_ppl=frame["test_ppl"].where(frame["label"] != "mamba2", 1000.0))
+    assert ": the opposite sign, its interval excludes 0;" in lm_rows(flipped, "mamba2")[0][1]
+
+
+def test_the_cards_recall_rows_count_the_seeds_that_reach_the_bar():
+    def run(label, seed, acc):
+        return {"task": "mqar", "run_status": "ok", "label": label, "d_model": 64, "seq_len": 64, "seed": seed,
+                "lr": 1e-3, "accuracy": acc}
+    frame = pd.DataFrame([run("attention", s, a) for s, a in enumerate((1.0, 1.0, 0.95))]
+                         + [run("mine", s, a) for s, a in enumerate((1.0, 0.3, 0.2))]
+                         + [run("sliding_window", s, 0.3) for s in range(3)])
+    rows = {row[0]: row for row in recall_rows(frame, "mine")}
+    window = rows["recall (MQAR, L 64, d 64): above the sliding-window control (test accuracy)"]
+    assert window[1].endswith("(3 seeds a side; 1 of 3 seeds ≥ 0.9 vs 0 of 3 seeds ≥ 0.9)")
+    near = rows["recall (MQAR, L 64, d 64): within 0.05 of attention (test accuracy)"]
+    assert near[1].endswith("(3 seeds a side; 1 of 3 seeds ≥ 0.9 vs 3 of 3 seeds ≥ 0.9)") and near[2] == "does not hold"
 
 
 def test_the_cards_cost_rows_time_the_decode_step_beside_attention():

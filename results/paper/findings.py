@@ -10,7 +10,9 @@ n)" while points are missing, "untested" where the grid cannot show it, "yes at"
 where a claim made per width holds when others keep; a place marked †
 rests on a point, unsolved but above the 1/kv floor, whose best learning rate is an end of
 the grid, which may not bracket its best, and whose better value could turn the verdict
-there, "no" or "yes"). Accuracy is read against MQAR's floor: a model that has learnt the
+there, "no" or "yes"). A verdict read on a mean over seeds states beside it how many
+seeds, each at its best learning rate, solve the point (reach SOLVED) or lose recall on
+their own: the seeds of a point are often all or nothing. Accuracy is read against MQAR's floor: a model that has learnt the
 format but recalls nothing scores 1/kv (``recall``); a local stack may not even see the
 values, so it can sit below that floor. A local mixer's reach is measured on the
 regenerated test split, not assumed, two ways (``reach_shares``): the share of queries
@@ -40,7 +42,7 @@ from zoo.causality import bound_pair_reach, receptive_offsets
 
 from ..report import markdown_table
 from ..stats import (at_best_lr, best_over_lr, gap_interval, mad_runs, mad_scores, over_seeds, published_mad_by_mixer,
-                    shared_settings, tried_runs)
+                    shared_settings, split_agreement, tried_runs)
 
 SOLVED = 0.99  # Zoology's stopping accuracy: a point at or above it is solved
 # A model that has learnt the format but recalls nothing answers each query with one of the
@@ -59,14 +61,27 @@ def mqar_best(frame: pd.DataFrame) -> pd.DataFrame:
     and seed, then the mean over seeds (``over_seeds``: a point's extra seeds run at its
     best learning rate only)."""
     keys = ["label", "seq_len", "d_model"]
-    return over_seeds(best_over_lr(tried_runs(frame[frame["task"] == "mqar"]), keys), keys)
+    per_seed = mqar_seeds(frame)
+    best = over_seeds(per_seed, keys)
+    solved = (per_seed["accuracy"] >= SOLVED).groupby([per_seed[k] for k in keys]).sum().rename("seeds_solved")
+    return best.merge(solved.reset_index(), on=keys, how="left") if not best.empty else best.assign(seeds_solved=[])
+
+
+def mqar_seeds(frame: pd.DataFrame) -> pd.DataFrame:
+    """The MQAR runs tried, best over learning rates per (mixer, L, width) and seed: a row
+    per seed of each point (what ``mqar_best`` means over)."""
+    return best_over_lr(tried_runs(frame[frame["task"] == "mqar"]), ["label", "seq_len", "d_model"])
 
 
 def point_text(row) -> str:
-    """A point's accuracy: the one run's, or the mean ± sd (seeds) where it has several."""
+    """A point's accuracy: the one run's, or, where it has several seeds, the mean ± sd
+    (seeds; how many of them solve it, at or above SOLVED): seeds are often bimodal, all or
+    nothing, and a mean alone hides it."""
     seeds = getattr(row, "seeds", 1)
     seeds = 1 if pd.isna(seeds) else int(seeds)
-    return f"{row.accuracy:.3f}" + (f" ± {row.accuracy_sd:.3f} ({seeds})" if seeds > 1 else "")
+    solved = getattr(row, "seeds_solved", None)
+    solved = "" if solved is None or pd.isna(solved) else f"; {int(solved)} ≥ {SOLVED}"
+    return f"{row.accuracy:.3f}" + (f" ± {row.accuracy_sd:.3f} ({seeds}{solved})" if seeds > 1 else "")
 
 
 def _model(row: pd.Series, **override):
@@ -161,6 +176,15 @@ class _Points:
         self.edged = {(r.label, r.seq_len, r.d_model) for r in best.itertuples()
                       if grid_bound(r.accuracy, r.lr_edge, self.kv[r.seq_len])}
         self.wide = self.widths[-1]
+        seeds = mqar_seeds(frame)
+        self.seeds = {key: dict(zip(grp["seed"].astype(int), grp["accuracy"]))
+                      for key, grp in seeds.groupby(["label", "seq_len", "d_model"])}
+
+    def solved_seeds(self, point) -> str:
+        """"k of n seeds": how many of the point's seeds reach SOLVED (each seed at its best
+        learning rate)."""
+        accs = self.seeds.get(point, {})
+        return f"{sum(a >= SOLVED for a in accs.values())} of {len(accs)} seed{'s' if len(accs) != 1 else ''}"
 
     def acc(self, point):
         return self.at[point][0] if point in self.at else None
@@ -191,7 +215,10 @@ def _solves_row(pts: _Points, label: str, source: str, claim: str) -> list:
         holds = point in pts.at and pts.at[point][0] >= SOLVED
         checks.append((pts.complete(point), holds, f"L {L}", not holds and point in pts.edged))
     evidence = "; ".join(f"L {L}: {pts.cell(label, L, pts.wide)}" for L in pts.lengths) + f" (d {pts.wide})"
-    return [claim, source, evidence, _verdict(checks, len(pts.lengths))]
+    seeds = ", ".join(f"L {L} {pts.solved_seeds((label, L, pts.wide))}" for L in pts.lengths
+                      if (label, L, pts.wide) in pts.at)
+    return [claim, source, evidence,
+            _verdict(checks, len(pts.lengths)) + (f"; reaching {SOLVED} (solved): {seeds}" if seeds else "")]
 
 
 def _window_row(pts: _Points) -> list:
@@ -282,10 +309,30 @@ def _fixed_state_row(pts: _Points, label: str) -> list:
             checks.append((True, lost, f"d {d}", (long if lost else short) in pts.edged))
     verdict = "; ".join(([_per_width(checks)] if checks else []) + ([f"untested: {', '.join(untested)}"]
                                                                       if untested else []))
+    seeds = _seeds_losing(pts, label, first, last)
+    verdict += f"; seeds that lose recall (on their own, at both ends): {seeds}" if seeds else ""
     evidence = "; ".join(f"d {d}: " + " → ".join(pts.cell(label, L, d) for L in pts.lengths) for d in pts.widths)
     return [f"{label}, a fixed state, loses recall as L and the pairs grow (recall above the "
             f"1/kv floor falls by more than {RECALL_DROP} from L {first} to {last} at a width)",
             "Zoology Fig. 2, Based", evidence, verdict]
+
+
+def _seeds_losing(pts: _Points, label: str, first: int, last: int) -> str:
+    """Per width, how many of the seeds run at both the shortest and the longest L lose
+    recall on their own (``recall`` falls by more than RECALL_DROP, each seed at its best
+    learning rate), with how many of them solve each end: a mean over bimodal seeds can
+    read as a loss that one seed makes, or hide one."""
+    parts = []
+    for d in pts.widths:
+        short, long = pts.seeds.get((label, first, d), {}), pts.seeds.get((label, last, d), {})
+        both = sorted(set(short) & set(long))
+        if not both:
+            continue
+        lost = sum(recall(long[s], pts.kv[last]) < recall(short[s], pts.kv[first]) - RECALL_DROP for s in both)
+        solved = (lambda accs: sum(accs[s] >= SOLVED for s in both))
+        parts.append(f"d {d} {lost} of {len(both)} (solved at L {first}: {solved(short)}, at L {last}: "
+                     f"{solved(long)})")
+    return ", ".join(parts)
 
 
 def zoology_findings(frame: pd.DataFrame) -> str:
@@ -300,8 +347,9 @@ def zoology_findings(frame: pd.DataFrame) -> str:
             _controls_row(pts),
             _like_window_row(pts, "grassmann 4L", "sliding_window 4L",
                              "at Zoology's 4 layers, the Grassmann mixer behaves like the 4-layer window", "our control")]
-    header = ["finding", "source", f"linbench, best over lrs (d {' / '.join(map(str, pts.widths))}; one run a point "
-                                   f"unless mean ± sd (seeds) is given)", "holds?"]
+    header = ["finding", "source", f"linbench, test-split accuracy, best over lrs (d {' / '.join(map(str, pts.widths))}; "
+                                   f"one run a point unless mean ± sd (seeds; how many ≥ {SOLVED}) is given)",
+              f"holds? (a seed solves a point at ≥ {SOLVED})"]
     return markdown_table(header, rows, ["---", "---", "---", "---"])
 
 
@@ -354,24 +402,44 @@ def published_gap_rows(published: pd.DataFrame, settings, splits=("validation",)
     return out
 
 
+def _test_gap(ok: pd.DataFrame, mine: str, control: str, val: tuple) -> str:
+    """The clause that reads a validation gap again on test: ``mine``'s and ``control``'s
+    test perplexities on the same runs (each at the rate chosen on validation), the gap
+    with its interval, and whether it agrees with ``val`` (``split_agreement``)."""
+    if "test_ppl" not in ok:
+        return "no test perplexity recorded"
+    sides = [ok.loc[ok["label"] == m, "test_ppl"].dropna().tolist() for m in (mine, control)]
+    if not all(sides):
+        return "no test perplexity recorded"
+    test = gap_interval(*sides)
+    said = _pct(test[0]) + ("" if test[1] is None else f" [95 % CI {_pct(test[1])}, {_pct(test[2])}]")
+    return f"on test perplexity {said}: {split_agreement(val, test)}"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:+.1f} %".replace("-", "−")
+
+
 def gap_placement(frame: pd.DataFrame, published: pd.DataFrame, setting: str = "6L/128") -> str:
     """Our Grassmann-vs-attention validation gap at each model's best learning rate, its
-    interval and seeds, beside the range of the published gaps at ``setting``: context,
-    since no published recipe matches ours in tokenizer, epochs and block."""
+    interval and seeds, read again on test on the same runs (``_test_gap``), beside the
+    range of the published validation gaps at ``setting``: context, since no published
+    recipe matches ours in tokenizer, epochs and block."""
     ok = at_best_lr(frame[(frame["task"] == "wikitext2") & (frame["run_status"] == "ok")])
     ours = {m: ok.loc[ok["label"] == m, "best_val_ppl"].tolist() for m in ("grassmann", "attention")}
     if not all(ours.values()):
         return "No Grassmann-vs-attention gap yet: a side has no finished run."
-    gap, low, high = gap_interval(ours["grassmann"], ours["attention"])
+    gap, low, high = val = gap_interval(ours["grassmann"], ours["attention"])
     theirs = [row["gap"] for row in published_gap_rows(published, (setting,))]
-    pct = (lambda x: f"{100 * x:+.1f} %".replace("-", "−"))
+    pct = _pct
     tried = {m: int(ok.loc[ok["label"] == m, "lrs_tried"].iloc[0]) for m in ours}
     seeds = (f"seeds: {len(ours['grassmann'])} Grassmann, {len(ours['attention'])} attention; best of "
              f"{tried['grassmann']} and {tried['attention']} learning rates")
     said = f"{pct(gap)} ({seeds}; no interval yet)" if low is None else \
         f"{pct(gap)} [95 % CI {pct(low)}, {pct(high)}] ({seeds})"
-    return (f"Ours at {setting}, each model at its best learning rate: {said}. The {len(theirs)} published "
-            f"gaps at {setting} run from {pct(min(theirs))} to {pct(max(theirs))}; they were measured with "
+    return (f"Ours at {setting}, each model at its best learning rate, on validation perplexity: {said}; "
+            f"{_test_gap(ok, 'grassmann', 'attention', val)}. The {len(theirs)} published "
+            f"validation gaps at {setting} run from {pct(min(theirs))} to {pct(max(theirs))}; they were measured with "
             f"other tokenizers, epochs and recipes, so they are context for ours, not a test of it.")
 
 
@@ -382,7 +450,8 @@ def reading_gaps(frame: pd.DataFrame, base: str = "grassmann", control: str = "a
     same seeds and rate as that reading, so reading and mixer are compared like for like;
     and where ``control`` has run in the same reading (a label "attention <reading>", say
     the pre-LN Transformer), against that too, each at its own best rate: the reading read
-    against attention in the same block."""
+    against attention in the same block. Every gap is on validation perplexity; each
+    reading's gap to ``control`` is read again on test (``_test_gap``)."""
     ok = frame[(frame["task"] == "wikitext2") & (frame["run_status"] == "ok")]
     ok = ok.assign(lr=ok["config.train.lr"])
     best = at_best_lr(ok)
@@ -403,16 +472,18 @@ def reading_gaps(frame: pd.DataFrame, base: str = "grassmann", control: str = "a
         reading = label.removeprefix(base + " ")
         runs = best[best["label"] == label]
         same = ok[(ok["label"] == base) & ok["lr"].isin(runs["lr"]) & ok["seed"].isin(runs["seed"])]
-        gap = gap_interval(runs["best_val_ppl"].tolist(), attention)[0]
+        val = gap_interval(runs["best_val_ppl"].tolist(), attention)
+        gap = val[0]
         beside = (f", where the paper's reading on the same seed{'s' if len(runs) > 1 else ''} and rate reads "
                   f"{pct(gap_interval(same['best_val_ppl'].tolist(), attention)[0])}") if len(same) == len(runs) else ""
         twin = best[best["label"] == f"{control} {reading}"]
         in_block = (f"; against {control} {reading} ({seeds_rate(twin)}): "
                     f"{pct(gap_interval(runs['best_val_ppl'].tolist(), twin['best_val_ppl'].tolist())[0])}"
                     ) if len(twin) else ""
-        parts.append(f"{reading} {pct(gap)} ({seeds_rate(runs)}{beside}){in_block}")
-    return (f"The gap to {control} ({len(attention)} seeds at its best rate) under other readings of the "
-            f"{base} block: " + "; ".join(parts) + ".")
+        parts.append(f"{reading} {pct(gap)} ({seeds_rate(runs)}{beside}; {_test_gap(best, label, control, val)})"
+                     f"{in_block}")
+    return (f"The gap to {control} ({len(attention)} seeds at its best rate) on validation perplexity under other "
+            f"readings of the {base} block, each read again on test on the same runs: " + "; ".join(parts) + ".")
 
 
 def mad_agreement(frame: pd.DataFrame, published: pd.DataFrame) -> str:
@@ -442,7 +513,8 @@ def mad_agreement(frame: pd.DataFrame, published: pd.DataFrame) -> str:
         tied = len(gaps) - len(untied)
         said = (f"{kept} of {len(untied)}" if untied else "–") + (f" ({tied} tied)" if tied else "")
         rows.append([task, order(theirs), order(ours), said])
-    header = ["task", "MAD (published)", f"linbench (mad_cpu; {_runs_per_setting(ok)})", "pairs in MAD's order"]
+    header = ["task (test accuracy)", "MAD (published)", f"linbench (mad_cpu; {_runs_per_setting(ok)})",
+              "pairs in MAD's order"]
     return markdown_table(header, rows, ["---", "---", "---", "---:"])
 
 

@@ -15,7 +15,7 @@ import pandas as pd
 
 from ..records import load_records, records_frame
 from ..report import mad_changes, markdown_table
-from ..stats import (at_best_lr, bracket, gap_interval, mad_params, mad_runs, mad_scores, position_curves,
+from ..stats import (at_best_lr, bracket, gap_interval, mad_params, mad_runs, mad_scores, mad_totals, position_curves,
                      published_mad_scores, read_published)
 from .findings import (decode_law, decode_targets, gap_placement, grid_bound, mad_agreement, mad_reach, mad_seeds, mqar_best, mqar_reach, point_text,
                        published_gap_rows, reading_gaps, zoology_findings)
@@ -71,29 +71,38 @@ def mqar_table(frame: pd.DataFrame) -> str:
     return markdown_table(header, lines, ["---"] + ["---:"] * (len(header) - 1))
 
 
+def _gap_cell(values, base) -> str:
+    point, low, high = gap_interval(values, base)
+    return _pct(point) + (f" [{_pct(low)}, {_pct(high)}]" if low is not None else "")
+
+
 def lm_table(frame: pd.DataFrame) -> str:
-    """Per model at its best learning rate (``at_best_lr``): size, training FLOPs per
-    token, epochs, the rate (and how many were tried), seeds, perplexities (mean ± sd over
-    seeds) and the validation gap to attention with its 95% interval (``gap_interval``)."""
+    """Per model at its best learning rate (``at_best_lr``): size (the parameters outside
+    the embeddings, which the models are matched on, and the total, tied embeddings
+    included), training FLOPs per token, epochs, the rate (and how many were tried), seeds,
+    perplexities (mean ± sd over seeds) and the gap to attention with its 95% interval
+    (``gap_interval``), on validation, where the rate was chosen, and on test on the same
+    runs."""
     ok = at_best_lr(frame[(frame["task"] == "wikitext2") & (frame["run_status"] == "ok")])
-    base = ok.loc[ok["label"] == "attention", "best_val_ppl"].tolist()
+    base = {m: ok.loc[ok["label"] == "attention", m].tolist() for m in ("best_val_ppl", "test_ppl")}
     lines = []
     for label, grp in sorted(ok.groupby("label"), key=lambda kv: kv[1]["best_val_ppl"].mean()):
         val, test = grp["best_val_ppl"].tolist(), grp["test_ppl"].tolist()
-        if label == "attention" or not base:
-            gap = "0" if label == "attention" else "–"
+        if label == "attention" or not base["best_val_ppl"]:
+            gaps = ["0" if label == "attention" else "–"] * 2
         else:
-            point, low, high = gap_interval(val, base)
-            gap = _pct(point) + (f" [{_pct(low)}, {_pct(high)}]" if low is not None else "")
+            gaps = [_gap_cell(val, base["best_val_ppl"]), _gap_cell(test, base["test_ppl"])]
         sd = (lambda v: f" ± {statistics.stdev(v):.1f}" if len(v) > 1 else "")
         tried = int(grp["lrs_tried"].iloc[0])
         lines.append([label, f"{grp['params_no_embeddings'].iloc[0] / 1e6:.2f}M",
+                      "–" if "params" not in grp or pd.isna(grp["params"].iloc[0]) else f"{grp['params'].iloc[0] / 1e6:.2f}M",
                       _millions(grp.get("train_flops_per_token")), f"{grp['epochs_seen'].min():.2f}",
                       f"{grp['lr'].iloc[0]:g}" + (f" (best of {tried})" if tried > 1 else ""),
                       str(len(grp)), f"{statistics.mean(val):.1f}{sd(val)}", f"{statistics.mean(test):.1f}{sd(test)}",
-                      gap])
-    header = ["model", "params w/o embeddings", "training FLOPs / token", "epochs", "lr", "seeds",
-              "best val ppl", "test ppl", "val ppl vs attention [95 % CI]"]
+                      *gaps])
+    header = ["model", "params w/o embeddings (matched)", "params total", "training FLOPs / token", "epochs", "lr",
+              "seeds", "best val ppl", "test ppl", "val ppl vs attention [95 % CI]",
+              "test ppl vs attention [95 % CI]"]
     return markdown_table(header, lines, ["---"] + ["---:"] * (len(header) - 1))
 
 
@@ -162,7 +171,7 @@ def precision_table(bf16: pd.DataFrame, fp32: pd.DataFrame, metric: str = "best_
 def precision_verdict(bf16: pd.DataFrame, fp32: pd.DataFrame, metric: str = "best_val_ppl") -> str:
     """One sentence over ``precision_table``'s models: how many changed by no more than
     their fp32 seed sd, the largest change, and whether any two models swap places (on
-    their means over the seeds both precisions ran)."""
+    their means over the seeds both precisions ran), on validation and again on test."""
     rows = [r for r in _precision_rows(bf16, fp32, metric) if r["change"] is not None and r["sd"] is not None]
     if not rows:
         return "*No model has run in both precisions yet.*"
@@ -175,11 +184,20 @@ def precision_verdict(bf16: pd.DataFrame, fp32: pd.DataFrame, metric: str = "bes
     seeds = sorted({s for r in rows for s in r["shared"]})
     largest = f"{100 * math.expm1(top['change']):+.2f} %".replace("-", "−")
     ratio = f"{abs(top['change']) / top['sd']:.1f} sd" if top["sd"] > 0 else "no fp32 spread"
-    name = {"best_val_ppl": "best validation perplexity"}.get(metric, metric)
-    return (f"Under bf16 autocast, on seeds {', '.join(map(str, seeds))}: {len(within)} of {len(rows)} models "
-            f"move their {name} by no more than one fp32 seed sd; the largest change is {largest} "
-            f"({top['label']}, {ratio}); {len(swapped)} of {len(pairs)} pairs of models change order"
-            + (f" ({', '.join(swapped)})." if swapped else "."))
+    name = {"best_val_ppl": "best validation perplexity", "test_ppl": "test perplexity"}.get(metric, metric)
+    said = (f"{len(within)} of {len(rows)} models move their {name} by no more than one fp32 seed sd; the largest "
+            f"change is {largest} ({top['label']}, {ratio}); {len(swapped)} of {len(pairs)} pairs of models change "
+            f"order" + (f" ({', '.join(swapped)})" if swapped else ""))
+    if metric != "best_val_ppl":
+        return said
+    on_test = precision_verdict(bf16, fp32, "test_ppl") if _has(bf16, fp32, "test_ppl") else ""
+    return (f"Under bf16 autocast, on seeds {', '.join(map(str, seeds))}: {said}."
+            + (f" Read again on test, on the same runs: {on_test}." if on_test and not on_test.startswith("*") else
+               " No test perplexity to read it again on."))
+
+
+def _has(bf16: pd.DataFrame, fp32: pd.DataFrame, metric: str) -> bool:
+    return all(metric in f and f[metric].notna().any() for f in (bf16, fp32))
 
 
 def published_gaps(published: pd.DataFrame, settings=("6L/128", "6L/256"), split: str = "validation") -> str:
@@ -257,7 +275,8 @@ def extrapolation_table(frame: pd.DataFrame) -> str:
 def mad_table(frame: pd.DataFrame, published: pd.DataFrame | None = None) -> str:
     """Our MAD scores (``stats.mad_scores``: best over the sweep per setting, mean over a
     task's settings, the MAD score the mean over tasks) beside MAD's published ones, one row
-    per model, a column per task; ours first, best score first. A score of ours marked *
+    per model, a column per task, with our parameters outside the embeddings and in total
+    (which varies with each task's vocabulary); ours first, best score first. A score of ours marked *
     averages fewer tasks than the published scores do (a sweep still running)."""
     if published is None:
         published = read_published()
@@ -268,13 +287,20 @@ def mad_table(frame: pd.DataFrame, published: pd.DataFrame | None = None) -> str
     cell = (lambda row, t: f"{row[t]:.3f}" if t in row and pd.notna(row[t]) else "–")
     partial = (lambda row: "*" if any(t not in row or pd.isna(row[t]) for t in theirs.columns if t != "MAD score")
                else "")
-    params = mad_params(ok)
-    lines = [[f"{label} (ours)", _thousands(params[label]), str(int(row["settings"])),
+    params, totals = mad_params(ok), mad_totals(ok)
+    lines = [[f"{label} (ours)", _thousands(params[label]), _span(totals[label]), str(int(row["settings"])),
               cell(row, "MAD score") + partial(row), *(cell(row, t) for t in tasks)] for label, row in ours.iterrows()]
-    lines += [[f"{model} (MAD)", "–", "all", cell(row, "MAD score"), *(cell(row, t) for t in tasks)]
+    lines += [[f"{model} (MAD)", "–", "–", "all", cell(row, "MAD score"), *(cell(row, t) for t in tasks)]
               for model, row in theirs.iterrows()]
-    header = ["model", "params w/o embeddings", "settings", "MAD score", *tasks]
-    return markdown_table(header, lines, ["---", "---:", "---:", "---:"] + ["---:"] * len(tasks))
+    header = ["model", "params w/o embeddings", "params total (over the settings)", "settings", "MAD score", *tasks]
+    return markdown_table(header, lines, ["---", "---:", "---:", "---:", "---:"] + ["---:"] * len(tasks))
+
+
+def _span(low_high) -> str:
+    """A range of parameter counts in thousands, one number where it is one."""
+    low, high = low_high
+    return _thousands(low) if pd.isna(low) or _thousands(low) == _thousands(high) else \
+        f"{_thousands(low)}–{_thousands(high)}"
 
 
 # table name: (the reference sweep whose records make it, how)
