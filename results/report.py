@@ -274,11 +274,20 @@ def bracket_table(ok: pd.DataFrame, task: str) -> str:
             "reads it at.\n\n" + markdown_table(header, body, ["---"] * len(keys) + ["---:"] * len(lrs) + ["---"]))
 
 
-def _attention(picked: pd.DataFrame, setting) -> pd.DataFrame:
-    """The attention rows of ``picked`` (``chosen``'s: at attention's chosen rate) in
-    ``setting``, the baseline a gap is taken to."""
-    same = picked[picked["setting"] == setting] if "setting" in picked else picked
-    return same[same["mixer"] == "attention"]
+# What makes a block besides its mixer: a gap is read against attention built the same way
+# (pre-LN Grassmann against pre-LN attention), never against attention of another block.
+BLOCK_FIELDS = ("setting", "config.model.block", "config.model.init_std")
+
+
+def _attention(picked: pd.DataFrame, like: pd.DataFrame) -> pd.DataFrame:
+    """The attention rows of ``picked`` (``chosen``'s: at attention's chosen rate) built as
+    ``like``'s first row is on ``BLOCK_FIELDS``, the baseline a gap is taken to."""
+    same = picked[picked["mixer"] == "attention"]
+    for col in BLOCK_FIELDS:
+        if col in same and col in like:
+            value = like[col].iloc[0]
+            same = same[same[col].isna()] if pd.isna(value) else same[same[col] == value]
+    return same
 
 
 def _gap_text(mine: pd.Series, theirs: pd.Series, same_runs: bool = False) -> str:
@@ -301,14 +310,14 @@ def _gap_to_attention(picked: pd.DataFrame, metric: str):
         return None
 
     def gap(grp: pd.DataFrame) -> str:
-        base = _attention(picked, grp["setting"].iloc[0] if "setting" in grp else None)
+        base = _attention(picked, grp)
         return _gap_text(grp[metric], base[metric], same_runs=grp.index.isin(base.index).any())
     return gap
 
 
 GAP_CAPTION = ("{metric} vs attention: the geometric mean of {metric} over seeds relative to that of the "
-               "attention runs of the same setting at attention's chosen rate (exp of the difference in mean log "
-               "{metric}, minus 1); in brackets, where both have at least 2 seeds, a 95% Welch t interval on that "
+               "attention runs of the same setting and block (norm placement, init) at attention's chosen rate (exp "
+               "of the difference in mean log {metric}, minus 1); in brackets, where both have at least 2 seeds, a 95% Welch t interval on that "
                "difference.")
 
 
@@ -350,12 +359,12 @@ def published_gaps(picked: dict[str, pd.DataFrame], published: pd.DataFrame) -> 
         if "setting" not in ours or "mixer" not in ours:
             continue
         ours = ours[ours["setting"] == setting]
-        base = _attention(ours, setting)
         for mixer, split, value, attention in _source_gaps(pub):
             col = _our_column("ppl", split, ours.columns)
             if col is None:
                 continue
             for label, mine in ours[ours["mixer"] == mixer].groupby("label"):
+                base = _attention(ours, mine)
                 lines.append([task, setting, source, split, f"{_fmt(value)} / {_fmt(attention)}",
                               f"{100 * (value / attention - 1):+.1f}%", label, _gap_text(mine[col], base[col]),
                               f"{mine[col].notna().sum()} vs {base[col].notna().sum()} seeds"])

@@ -55,6 +55,22 @@ def test_each_model_is_read_at_its_chosen_rate_and_the_gap_at_attentions():
     assert f"| mamba2 | 1,000 | 105 | 99 | 0.001 | 1 | {100 * (99 / (95 * 96 * 97) ** (1 / 3) - 1):+.1f}% |" in table
 
 
+def test_a_gap_is_read_against_attention_of_the_same_block():
+    # pre-LN attention far worse than post-LN: pooled into one baseline it would make
+    # post-LN attention read below itself and the pre-LN Grassmann look close to it
+    pre = [("attention pre-LN", "attention", 1e-3, 0, 150.0, 140.0), ("grassmann pre-LN", "grassmann", 1e-3, 0, 160.0, 154.0)]
+    frame = lm_frame(SWEEP + pre)
+    frame.loc[frame["label"].str.endswith("pre-LN"), "config.model.block"] = "prenorm"
+    frame.loc[~frame["label"].str.endswith("pre-LN"), "config.model.block"] = "postnorm"
+    table = section(report_markdown(frame), "wikitext2").split("###")[0]
+    assert "same setting and block" in table
+    assert "| attention | 1,000 | 102 ± 2 (n=3) | 96 ± 1 (n=3) | 0.001 (best of 3) | 3 | +0.0% |" in table
+    assert "| attention pre-LN | 1,000 | 150 | 140 | 0.001 | 1 | +0.0% |" in table
+    assert f"| grassmann pre-LN | 1,000 | 160 | 154 | 0.001 | 1 | {100 * (154 / 140 - 1):+.1f}% |" in table
+    point, _, _ = gap_interval([104.0, 105.0, 106.0], [95.0, 96.0, 97.0])
+    assert f"| 0.002 (best of 2) | 3 | {100 * point:+.1f}% [" in table
+
+
 def test_the_bracket_shows_every_rate_on_shared_seeds_and_bolds_the_chosen_one():
     bracket = section(report_markdown(lm_frame()), "wikitext2").split("### learning-rate bracket")[1]
     assert "| label | lr 0.0005 | lr 0.001 | lr 0.002 | seeds |" in bracket
