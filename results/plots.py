@@ -23,7 +23,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
-from results.stats import (best_over_lr, bracket, chosen, gap_interval, mad_scores, position_curves,  # noqa: E402
+from results.stats import (best_over_lr, block_attention, bracket, chosen, gap_interval, mad_scores, position_curves,  # noqa: E402
                            published_mad_by_mixer, read_published, seed_interval, tried_runs)
 from results.style import looks, mixer_of  # noqa: E402
 
@@ -188,17 +188,18 @@ def _lm_chosen(df: pd.DataFrame, task: str = "wikitext2") -> pd.DataFrame:
     return chosen(rows, task) if not rows.empty else rows
 
 
-def _control(labels) -> str | None:
-    """The attention runs a setting's gaps are read against: the label "attention", or the
-    one "attention [sweep]" where sweeps drawn together both had one (``records.combine``)."""
-    named = [x for x in labels if x == "attention" or str(x).startswith("attention [")]
+def _control(rows: pd.DataFrame, model: pd.DataFrame) -> str | None:
+    """The attention label ``model``'s gap is read against: the one attention label of
+    ``rows`` built as it is (``stats.block_attention``: setting, block, init), and none
+    where two are, as when sweeps drawn together both had one (``records.combine``)."""
+    named = block_attention(rows, model)["label"].unique()
     return named[0] if len(named) == 1 else None
 
 
 def plot_lm_comparison(df: pd.DataFrame, out: Path) -> Path | None:
     """Matched models compared as such: per perplexity (best validation, test), each model
     at its chosen rate as a point with its 95 % interval over seeds, best first, its gap to
-    attention of the same setting beside it (``stats.gap_interval``)."""
+    attention of the same setting and block beside it (``stats.gap_interval``)."""
     rows = _lm_chosen(df)
     metrics = [m for m in LM_METRICS if m in rows and rows[m].notna().any()]
     if rows.empty or not metrics:
@@ -208,11 +209,11 @@ def plot_lm_comparison(df: pd.DataFrame, out: Path) -> Path | None:
     points = []
     for (where, metric) in [(s, m) for s in sorted(rows["panel_setting"].unique()) for m in metrics]:
         mine = rows[rows["panel_setting"] == where]
-        control = _control(mine["label"].unique())
-        base = mine.loc[mine["label"] == control, metric].dropna().tolist()
         pts = seed_points(mine, ["label"], metric).sort_values("y", kind="stable").reset_index(drop=True)
         for rank, p in pts.iterrows():
-            ours = mine.loc[mine["label"] == p["label"], metric].dropna().tolist()
+            model = mine[mine["label"] == p["label"]]
+            control = _control(mine, model)
+            ours, base = (mine.loc[mine["label"] == x, metric].dropna().tolist() for x in (p["label"], control))
             gap = gap_interval(ours, base) if base and p["label"] != control else (None, None, None)
             points.append({**p, "panel": f"{where} {LM_METRICS[metric]}".strip(), "x": rank, "metric": metric,
                            "gap": gap[0], "gap_lo": gap[1], "gap_hi": gap[2]})
@@ -230,7 +231,7 @@ def plot_lm_comparison(df: pd.DataFrame, out: Path) -> Path | None:
         ax.set_xticks(mine["x"], mine["entry"], rotation=40, ha="right", fontsize=7)
         ax.set(title=panel, ylabel="perplexity (lower is better)")
         ax.title.set_fontsize(9)
-    fig.suptitle("each model at its chosen learning rate; 95% interval over seeds; % = gap to attention", fontsize=8)
+    fig.suptitle("each model at its chosen learning rate; 95% interval over seeds; % = gap to attention in the same block", fontsize=8)
     fig.tight_layout()
     return save_figure(fig, out / "wikitext2_perplexity_by_model.png", points)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .stats import (SELECT_ON, best_over_lr, bracket, chosen, gap_interval, mad_params, mad_runs, mad_scores, mad_totals,
+from .stats import (SELECT_ON, best_over_lr, block_attention, bracket, chosen, gap_interval, mad_params, mad_runs, mad_scores, mad_totals,
                     model_keys, published_mad_scores, read_published, shared_settings, tried_runs)
 
 # The metrics a task's table shows first; other tasks show what looks like a metric.
@@ -274,22 +274,6 @@ def bracket_table(ok: pd.DataFrame, task: str) -> str:
             "reads it at.\n\n" + markdown_table(header, body, ["---"] * len(keys) + ["---:"] * len(lrs) + ["---"]))
 
 
-# What makes a block besides its mixer: a gap is read against attention built the same way
-# (pre-LN Grassmann against pre-LN attention), never against attention of another block.
-BLOCK_FIELDS = ("setting", "config.model.block", "config.model.init_std")
-
-
-def _attention(picked: pd.DataFrame, like: pd.DataFrame) -> pd.DataFrame:
-    """The attention rows of ``picked`` (``chosen``'s: at attention's chosen rate) built as
-    ``like``'s first row is on ``BLOCK_FIELDS``, the baseline a gap is taken to."""
-    same = picked[picked["mixer"] == "attention"]
-    for col in BLOCK_FIELDS:
-        if col in same and col in like:
-            value = like[col].iloc[0]
-            same = same[same[col].isna()] if pd.isna(value) else same[same[col] == value]
-    return same
-
-
 def _gap_text(mine: pd.Series, theirs: pd.Series, same_runs: bool = False) -> str:
     """``mine`` relative to ``theirs`` (``gap_interval``: ``+12.0%`` = 12% higher), with
     its 95% Welch interval where both sides have at least 2 values."""
@@ -310,7 +294,7 @@ def _gap_to_attention(picked: pd.DataFrame, metric: str):
         return None
 
     def gap(grp: pd.DataFrame) -> str:
-        base = _attention(picked, grp)
+        base = block_attention(picked, grp)
         return _gap_text(grp[metric], base[metric], same_runs=grp.index.isin(base.index).any())
     return gap
 
@@ -364,7 +348,7 @@ def published_gaps(picked: dict[str, pd.DataFrame], published: pd.DataFrame) -> 
             if col is None:
                 continue
             for label, mine in ours[ours["mixer"] == mixer].groupby("label"):
-                base = _attention(ours, mine)
+                base = block_attention(ours, mine)
                 lines.append([task, setting, source, split, f"{_fmt(value)} / {_fmt(attention)}",
                               f"{100 * (value / attention - 1):+.1f}%", label, _gap_text(mine[col], base[col]),
                               f"{mine[col].notna().sum()} vs {base[col].notna().sum()} seeds"])

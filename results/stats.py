@@ -184,6 +184,24 @@ def gap_interval(ours, attention, level: float = 0.95) -> tuple[float, float | N
     return math.expm1(diff), math.expm1(diff - half), math.expm1(diff + half)
 
 
+# What makes a block besides its mixer: a gap is read against attention built the same way
+# (pre-LN Grassmann against pre-LN attention), never against attention of another block.
+BLOCK_FIELDS = ("setting", "config.model.block", "config.model.init_std")
+
+
+def block_attention(rows: pd.DataFrame, like: pd.DataFrame) -> pd.DataFrame:
+    """The attention rows of ``rows`` (mixer "attention") built as ``like``'s first row is
+    on ``BLOCK_FIELDS``: the baseline a gap of ``like`` is taken to. Pass rows already at
+    attention's chosen rate (``chosen``, ``at_best_lr``). Rows without a mixer column (a
+    hand-made frame) are told apart by label."""
+    same = rows[rows["mixer" if "mixer" in rows else "label"] == "attention"]
+    for col in BLOCK_FIELDS:
+        if col in same and col in like:
+            value = like[col].iloc[0]
+            same = same[same[col].isna()] if pd.isna(value) else same[same[col] == value]
+    return same
+
+
 def t_quantile(p: float, df: float) -> float:
     """Student's t quantile, for real df >= 1 (a Welch df is at least 1), without scipy.
     With t = sqrt(df) tan(u) the density becomes c cos(u)^(df - 1) on [0, pi/2): smooth

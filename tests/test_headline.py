@@ -85,6 +85,23 @@ def test_lm_table_gives_the_gap_with_its_interval():
                         f"229.0 ± 2.8 | {want} | {on_test} |")
 
 
+def test_lm_table_reads_a_pre_ln_model_against_pre_ln_attention():
+    def run(label, mixer, block, val):
+        return {"task": "wikitext2", "run_status": "ok", "label": label, "mixer": mixer, "seed": 0,
+                "best_val_ppl": val, "test_ppl": val, "params_no_embeddings": 4.7e6, "params": 6.3e6,
+                "train_flops_per_token": 42.27e6, "epochs_seen": 2.0, "config.train.lr": 1e-3,
+                "setting": "6L/128", "config.model.block": block}
+    frame = pd.DataFrame([run("attention", "attention", "postnorm", 100.0),
+                          run("attention pre-LN", "attention", "prenorm", 120.0),
+                          run("grassmann pre-LN", "grassmann", "prenorm", 132.0),
+                          run("grassmann", "grassmann", "postnorm", 125.0)])
+    gaps = {cells[0]: cells[-2:] for cells in ([c.strip() for c in line.strip("|").split("|")]
+                                               for line in lm_table(frame).splitlines()[2:])}
+    # each attention is its own block's control; pooled, pre-LN attention would read +20 %
+    assert gaps == {"attention": ["0", "0"], "attention pre-LN": ["0", "0"],
+                    "grassmann": ["+25.0 %", "+25.0 %"], "grassmann pre-LN": ["+10.0 %", "+10.0 %"]}
+
+
 def test_precision_table_pairs_seeds_and_judges_the_change_against_the_fp32_spread():
     def runs(label, values):
         return [{"task": "wikitext2", "run_status": "ok", "label": label, "seed": s, "best_val_ppl": v}

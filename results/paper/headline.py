@@ -15,7 +15,7 @@ import pandas as pd
 
 from ..records import load_records, records_frame
 from ..report import mad_changes, markdown_table
-from ..stats import (at_best_lr, bracket, gap_interval, mad_params, mad_runs, mad_scores, mad_totals, position_curves,
+from ..stats import (at_best_lr, block_attention, bracket, gap_interval, mad_params, mad_runs, mad_scores, mad_totals, position_curves,
                      published_mad_scores, read_published)
 from .findings import (decode_law, decode_targets, gap_placement, grid_bound, mad_agreement, mad_reach, mad_seeds, mqar_best, mqar_reach, point_text,
                        published_gap_rows, reading_gaps, zoology_findings)
@@ -82,16 +82,17 @@ def lm_table(frame: pd.DataFrame) -> str:
     included), training FLOPs per token, epochs, the rate (and how many were tried), seeds,
     perplexities (mean ± sd over seeds) and the gap to attention with its 95% interval
     (``gap_interval``), on validation, where the rate was chosen, and on test on the same
-    runs."""
+    runs. The gap is to attention in the same block (``block_attention``: a pre-LN model
+    against pre-LN attention)."""
     ok = at_best_lr(frame[(frame["task"] == "wikitext2") & (frame["run_status"] == "ok")])
-    base = {m: ok.loc[ok["label"] == "attention", m].tolist() for m in ("best_val_ppl", "test_ppl")}
     lines = []
     for label, grp in sorted(ok.groupby("label"), key=lambda kv: kv[1]["best_val_ppl"].mean()):
         val, test = grp["best_val_ppl"].tolist(), grp["test_ppl"].tolist()
-        if label == "attention" or not base["best_val_ppl"]:
-            gaps = ["0" if label == "attention" else "–"] * 2
+        base = block_attention(ok, grp)
+        if grp.index.isin(base.index).any() or base.empty:
+            gaps = ["0" if len(base) else "–"] * 2
         else:
-            gaps = [_gap_cell(val, base["best_val_ppl"]), _gap_cell(test, base["test_ppl"])]
+            gaps = [_gap_cell(val, base["best_val_ppl"].tolist()), _gap_cell(test, base["test_ppl"].tolist())]
         sd = (lambda v: f" ± {statistics.stdev(v):.1f}" if len(v) > 1 else "")
         tried = int(grp["lrs_tried"].iloc[0])
         lines.append([label, f"{grp['params_no_embeddings'].iloc[0] / 1e6:.2f}M",
