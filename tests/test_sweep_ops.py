@@ -532,7 +532,9 @@ def test_damaged_records_are_named_shown_as_damaged_and_trained_again(tmp_path, 
     assert "6 runs: 5 damaged, 1 ok" in out
     with pytest.warns(UserWarning, match=f"{runs[1].run_id}.json: damaged record"):
         assert len(load_records(folder)) == 1
-    assert cli(["report", str(path), *base]) == 0  # no crash; the damaged ones are left out, named
+    for verb in ("report", "plot", "export"):  # no crash; the damaged ones are left out, each named
+        with pytest.warns(UserWarning, match=f"{runs[3].run_id}.json: damaged record"):
+            assert cli([verb, str(path), *base]) == 0
     assert cli(["run", str(path), "--executor", "debug", *base]) == 0  # trained again
     assert len(load_records(folder)) == 6
 
