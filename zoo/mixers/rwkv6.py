@@ -17,6 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..ops.activations import tanh
 from ..ops.rwkv6 import ddlerp, recurrent_backend, rwkv6_backend, rwkv6_recurrent, rwkv6_scan
 from .base import Mixer, check_chunk_size, check_positive, chunked_linear_attention_flops
 
@@ -105,7 +106,7 @@ class RWKV6(Mixer):
 
         r, k, v = self.receptance(xr), self.key(xk), self.value(xv)
         g = F.silu(self.gate(xg))
-        w = self.time_decay + torch.tanh(xw @ self.time_decay_w1) @ self.time_decay_w2
+        w = self.time_decay + tanh(xw @ self.time_decay_w1) @ self.time_decay_w2
         w = -torch.exp(w.to(torch.promote_types(w.dtype, torch.float32)))  # log decay <= 0, at least fp32: it is summed over time
 
         def heads(t):  # (B, L, D) -> (B, H, L, K)
@@ -129,7 +130,7 @@ class RWKV6(Mixer):
         and a fresh page-in of the heap as it grows."""
         B, L, D = x.shape
         xx = torch.addcmul(x, dx, self.time_maa_x)
-        lora = torch.tanh(xx.view(B * L, D) @ self.time_maa_w1).view(B * L, 5, -1)  # (B*L, 5, R)
+        lora = tanh(xx.view(B * L, D) @ self.time_maa_w1).view(B * L, 5, -1)  # (B*L, 5, R)
         mixes = [torch.addmm(maa, h, w2).view(B, L, D)  # maa + h W2 in one matmul
                  for maa, h, w2 in zip(self.time_maa.unbind(0), lora.unbind(1), self.time_maa_w2.unbind(0))]
         return ddlerp(x, dx, mixes)
