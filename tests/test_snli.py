@@ -339,3 +339,71 @@ def test_minilm_config_and_a_missing_package(monkeypatch, tmp_path):
     if (DATA / "snli" / "dev.tsv").is_file():  # the run stops on it before any training
         with pytest.raises(features.BackboneMissing, match=r"\.\[snli\]"):
             run(cfg, progress=False)
+
+
+# The controls: what the heads' numbers mean.
+def test_the_control_heads_probe_and_prior():
+    feats, mask = torch.randn(3, 5, 12), torch.tensor([[1, 1, 1, 0, 0], [1] * 5, [1, 0, 0, 0, 0]]).bool()
+    probe = Head(HeadConfig(kind="linear"), d_in=12)
+    assert sum(p.numel() for p in probe.parameters()) == 12 * 3 + 3  # one linear map, nothing else
+    pooled = torch.stack([feats[i, mask[i]].mean(0) for i in range(3)])  # the mean over real tokens
+    torch.testing.assert_close(probe(feats, mask), probe.classify(pooled))
+    prior = Head(HeadConfig(kind="prior"), d_in=12)
+    assert [p.numel() for p in prior.parameters()] == [3]
+    with torch.no_grad():
+        prior.logits.copy_(torch.tensor([0.1, 2.0, -1.0]))
+    out = prior(feats, mask)
+    assert out.shape == (3, 3) and (out.argmax(-1) == 1).all()  # the same class whatever the input
+    opt = torch.optim.Adam(prior.parameters(), lr=0.1)  # trained, it learns the label frequencies
+    labels = torch.tensor([2, 2, 2, 0, 1, 2, 2, 0])
+    for _ in range(300):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(prior(torch.zeros(8, 1, 12), torch.ones(8, 1).bool()), labels).backward()
+        opt.step()
+    torch.testing.assert_close(prior.logits.softmax(-1), torch.tensor([2, 1, 5]) / 8, atol=1e-3, rtol=0)
+    with pytest.raises(ValueError, match=r"kind='mlp' is not valid; choose one of .*'linear', 'prior'"):
+        HeadConfig(kind="mlp")
+
+
+@needs_minilm
+def test_the_random_init_backbone_is_its_own_fixed_draw(minilm):
+    backbone, tok, encoder = minilm
+    floor = features.minilm(random_init=True)
+    assert floor.key() != backbone.key() and floor.key()["weights_sha256"].startswith("random init")
+    assert "random init" in floor.name
+    a, b = features.minilm_encoder(floor), features.minilm_encoder(floor)
+    state = torch.random.get_rng_state()
+    for (name, p), q in zip(a.named_parameters(), b.parameters()):  # the same draw every time
+        assert torch.equal(p, q), name
+    assert torch.equal(torch.random.get_rng_state(), state)  # and the caller's generator untouched
+    pretrained = dict(encoder.named_parameters())
+    assert not torch.equal(dict(a.named_parameters())["encoder.layer.0.attention.self.query.weight"],
+                           pretrained["encoder.layer.0.attention.self.query.weight"])
+    assert not any(p.requires_grad for p in a.parameters()) and not a.training
+
+
+@needs_minilm
+def test_hypothesis_only_and_the_controls_run_and_say_what_they_read(tmp_path, monkeypatch):
+    tiny = {s: {k: v * 4 for k, v in TINY_PAIRS.items()} for s in ("train", "valid", "test")}
+    monkeypatch.setattr("tasks.snli.task.snli_splits", lambda data_dir: (tiny, {s: f"tiny {s}" for s in tiny}))
+    seen = []
+    real = features.cached_features
+    monkeypatch.setattr(features, "cached_features", lambda *a, **k: seen.append(a[7]) or real(*a, **k))
+    base = dict(setting="distilbert", tokenizer="minilm", cache_dir=str(tmp_path), budget_examples=16,
+                eval_examples=8, train=TrainConfig(batch_size=8, lr=1e-3, warmup_steps=1, device="cpu"))
+    small = dict(d_model=32, d_ff=64, d_proj=16)
+    runs = {"hypothesis": SNLIConfig(backbone="minilm", inputs="hypothesis", head=HeadConfig(kind="transformer", **small), **base),
+            "floor": SNLIConfig(backbone="minilm-random", head=HeadConfig(kind="transformer", **small), **base),
+            "probe": SNLIConfig(backbone="minilm", head=HeadConfig(kind="linear"), **base),
+            "prior": SNLIConfig(backbone="minilm", head=HeadConfig(kind="prior"), **base)}
+    rec = {name: run(cfg, progress=False) for name, cfg in runs.items()}
+    assert all(r["status"] == "ok" for r in rec.values())
+    sep, cls = 102, 101
+    hyp_train = seen[0]  # the hypothesis-only run's train ids: [CLS] [SEP] hypothesis [SEP]
+    assert all(s[:2] == [cls, sep] and s.count(sep) == 2 for s in hyp_train)
+    assert rec["hypothesis"]["inputs"] == "hypothesis" and rec["probe"]["inputs"] == "pair"
+    assert "random init" in rec["floor"]["backbone"] and "random init" not in rec["probe"]["backbone"]
+    assert rec["probe"]["head"] == rec["probe"]["mixer"] == "linear" and rec["probe"]["params_trainable"] == 384 * 3 + 3
+    assert rec["prior"]["mixer"] == "prior" and rec["prior"]["params_trainable"] == 3
+    # each input and backbone its own features: pair and hypothesis-only, pretrained and random (x train, valid, test)
+    assert len(list((tmp_path / "snli-features").glob("*.pt"))) == 9

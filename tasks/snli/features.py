@@ -66,15 +66,22 @@ def _module(name: str):
         raise _missing(f"the `{name}` package") from e
 
 
+# The floor under the pretrained backbone: its architecture with freshly drawn weights,
+# always the same draw, so that the control's features are cached once like the others'.
+RANDOM_INIT_SEED = 0
+
+
 @dataclass(frozen=True)
 class Backbone:
     """Where the weights are and what identifies them in a record and a cache key."""
     folder: Path
     name: str  # for the record
     digest: str  # sha256 of the weights file, first 16 hex digits
+    random_init: bool = False  # the architecture only, weights drawn with RANDOM_INIT_SEED
 
     def key(self) -> dict:
-        return {"backbone": MINILM_NAME, "weights_sha256": self.digest}
+        weights = f"random init, seed {RANDOM_INIT_SEED}" if self.random_init else self.digest
+        return {"backbone": MINILM_NAME, "weights_sha256": weights}
 
     def n_params(self) -> int:
         """The weights' parameter count from the safetensors header, without loading
@@ -94,13 +101,18 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def minilm() -> Backbone:
+def minilm(random_init: bool = False) -> Backbone:
+    """The installed all-MiniLM-L6-v2; ``random_init``: its architecture with weights drawn
+    afresh (``minilm_encoder``), the floor that says what pretraining gives the heads."""
     folder = minilm_dir()
     try:
         version = importlib.metadata.version(MINILM_PACKAGE)
     except importlib.metadata.PackageNotFoundError:
         version = "unknown version"
     digest = _sha256(folder / "model.safetensors")
+    if random_init:
+        return Backbone(folder, f"{MINILM_NAME} architecture, random init (seed {RANDOM_INIT_SEED}; "
+                        f"{MINILM_PACKAGE} {version}'s config)", digest, random_init=True)
     return Backbone(folder, f"{MINILM_NAME} ({MINILM_PACKAGE} {version}, weights sha256 {digest})", digest)
 
 
@@ -116,9 +128,17 @@ def minilm_tokenizer(backbone: Backbone) -> Subword:
 
 
 def minilm_encoder(backbone: Backbone) -> nn.Module:
-    """The pretrained BertModel, frozen, in eval mode (no dropout), from the local folder only."""
+    """The pretrained BertModel (or, ``random_init``, the same architecture initialised as
+    transformers initialises it, from RANDOM_INIT_SEED), frozen, in eval mode (no
+    dropout), from the local folder only."""
     transformers = _module("transformers")
-    model = transformers.AutoModel.from_pretrained(str(backbone.folder), local_files_only=True)
+    if backbone.random_init:
+        config = transformers.AutoConfig.from_pretrained(str(backbone.folder), local_files_only=True)
+        with torch.random.fork_rng():  # the draw leaves the caller's generator alone
+            torch.manual_seed(RANDOM_INIT_SEED)
+            model = transformers.AutoModel.from_config(config)
+    else:
+        model = transformers.AutoModel.from_pretrained(str(backbone.folder), local_files_only=True)
     return model.requires_grad_(False).eval()
 
 

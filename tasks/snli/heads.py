@@ -1,7 +1,11 @@
-"""The paper's classification heads over frozen DistilBERT token features (Table 3).
+"""The paper's classification heads over frozen DistilBERT token features (Table 3), and
+two controls that say what the heads add.
 
-Both project the features to d_model, mix tokens with ``n_layers`` layers, mean-pool
-the real tokens and classify with an MLP; only the mixing differs.
+Both heads project the features to d_model, mix tokens with ``n_layers`` layers,
+mean-pool the real tokens and classify with an MLP; only the mixing differs. The
+controls: ``linear``, a linear probe on the mean-pooled frozen features (does a head
+need to mix tokens at all?), and ``prior``, three learned logits that ignore the input
+(it learns the training split's class frequencies: the majority-class floor).
 
 The Grassmann-Plücker layer works on the token sequence, as the paper describes:
 windows of ``window`` tokens every ``stride`` tokens; in each window every token pair
@@ -22,9 +26,12 @@ from zoo.config import StrictConfig, check_bounds, check_choice
 from zoo.ops.grassmann import plucker
 
 
+KINDS = ("grassmann", "transformer", "linear", "prior")
+
+
 @dataclass
 class HeadConfig(StrictConfig):
-    kind: str = "grassmann"  # or "transformer"
+    kind: str = "grassmann"  # or "transformer"; controls: "linear" (probe), "prior" (majority class)
     d_model: int = 256
     n_layers: int = 2
     n_heads: int = 4
@@ -36,7 +43,7 @@ class HeadConfig(StrictConfig):
     eps: float = 1e-6
 
     def __post_init__(self):
-        check_choice("HeadConfig", "kind", self.kind, ("grassmann", "transformer"))
+        check_choice("HeadConfig", "kind", self.kind, KINDS)
         check_bounds(self, "d_model", "n_layers", "n_heads", "d_ff", "d_proj", "eps", gt=0)  # n_heads divides below
         check_bounds(self, "dropout", ge=0, lt=1)
         if self.d_model % self.n_heads:
@@ -113,6 +120,12 @@ class Head(nn.Module):
     def __init__(self, cfg: HeadConfig, d_in: int):
         super().__init__()
         self.cfg = cfg
+        if cfg.kind == "linear":  # no projection, no mixing, no MLP
+            self.classify = nn.Linear(d_in, 3)
+            return
+        if cfg.kind == "prior":
+            self.logits = nn.Parameter(torch.zeros(3))
+            return
         self.proj = nn.Linear(d_in, cfg.d_model)
         if cfg.kind == "grassmann":
             self.layers = nn.ModuleList(PluckerMixing(cfg) for _ in range(cfg.n_layers))
@@ -123,6 +136,10 @@ class Head(nn.Module):
         self.classify = classifier_mlp(cfg.d_model, cfg.dropout)
 
     def forward(self, feats: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if self.cfg.kind == "linear":
+            return self.classify(pool_states(feats, mask, "mean"))
+        if self.cfg.kind == "prior":
+            return self.logits.expand(feats.shape[0], 3)
         h = self.proj(feats)  # (B, L, D)
         if self.cfg.kind == "grassmann":
             for layer in self.layers:

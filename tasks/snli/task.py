@@ -44,7 +44,7 @@ from ..engine.train import TrainConfig, train
 from ..published import published_rows
 from ..wikitext2 import paper_model_config
 from . import features
-from .heads import Head, HeadConfig, classifier_mlp, pool_states
+from .heads import KINDS, Head, HeadConfig, classifier_mlp, pool_states
 
 
 @dataclass
@@ -60,10 +60,13 @@ class SNLIConfig(StrictConfig):
     model: zoo.ModelConfig = field(default_factory=lambda: paper_model_config("attention", "paper-6L"))
     pool: str = "last"  # or "mean"
     # distilbert
-    backbone: str = "distilbert-base-uncased"  # hub weights, "random" (from backbone_options), or "minilm"
+    # hub weights, "random" (a small DistilBERT from backbone_options), "minilm", or "minilm-random"
+    # (MiniLM's architecture with random weights: the floor under pretraining)
+    backbone: str = "distilbert-base-uncased"
     backbone_options: dict = field(default_factory=lambda: dict(dim=64, n_layers=2, n_heads=2, hidden_dim=256))
     feature_dtype: str = "float16"  # minilm: how the cached features are stored ("float16" or "float32")
     head: HeadConfig = field(default_factory=HeadConfig)
+    inputs: str = "pair"  # or "hypothesis": the premise left out (SNLI's hypothesis-only artifact)
     # budget
     epochs: float = 3
     budget_examples: int | None = None  # training examples; None: `epochs` passes
@@ -76,18 +79,20 @@ class SNLIConfig(StrictConfig):
         check_choice(own, "setting", self.setting, ("scratch", "distilbert"))
         check_choice(own, "tokenizer", self.tokenizer, ("word", "wordpiece", "bert-base-uncased", "minilm"))
         check_choice(own, "pool", self.pool, ("last", "mean"))
-        check_choice(own, "backbone", self.backbone, ("distilbert-base-uncased", "random", "minilm"))
+        check_choice(own, "backbone", self.backbone, ("distilbert-base-uncased", "random", "minilm", "minilm-random"))
+        check_choice(own, "inputs", self.inputs, ("pair", "hypothesis"))
         check_choice(own, "feature_dtype", self.feature_dtype, ("float16", "float32"))
         check_bounds(self, "seed", ge=0)
         check_bounds(self, "wordpiece_vocab", "max_len", "epochs", "budget_examples", "eval_every_examples",
                      "eval_examples", gt=0)  # None (unset optional fields) passes
-        reads = {"distilbert-base-uncased": "bert-base-uncased", "minilm": "minilm"}.get(self.backbone)
+        reads = {"distilbert-base-uncased": "bert-base-uncased", "minilm": "minilm",
+                 "minilm-random": "minilm"}.get(self.backbone)
         if self.setting == "distilbert" and reads and self.tokenizer != reads:
             raise ValueError(f"{own}: the pretrained backbone={self.backbone!r} reads its own ids; "
                              f"set tokenizer={reads!r} (or backbone='random')")
-        if self.tokenizer == "minilm" and not (self.setting == "distilbert" and self.backbone == "minilm"):
+        if self.tokenizer == "minilm" and not (self.setting == "distilbert" and self.backbone.startswith("minilm")):
             raise ValueError(f"{own}: tokenizer='minilm' is the minilm backbone's own; "
-                             f"it needs setting='distilbert' and backbone='minilm'")
+                             f"it needs setting='distilbert' and backbone='minilm' or 'minilm-random'")
         if self.setting == "scratch" and self.model.max_len < self.max_len:
             raise ValueError(f"{own}: model.max_len={self.model.max_len} < max_len={self.max_len}")
 
@@ -215,11 +220,13 @@ def run(cfg: SNLIConfig, workdir: Path | None = None, progress: bool = True) -> 
     splits, about = snli_splits(cfg.data_dir)
     train_text = splits["train"]["premise"] + splits["train"]["hypothesis"]
     if cfg.tokenizer == "minilm":
-        backbone = features.minilm()
+        backbone = features.minilm(random_init=cfg.backbone == "minilm-random")
         tok = features.minilm_tokenizer(backbone)
     else:
         tok = make_tokenizer(cfg.tokenizer, train_text, cfg.cache_dir, cfg.wordpiece_vocab, "the SNLI train split",
                              specials=SPECIALS, unk="[UNK]", lowercase=True, name="word (SNLI train split)")
+    if cfg.inputs == "hypothesis":  # after the vocabulary, so that it is the pair runs' own
+        splits = {s: {**d, "premise": [""] * len(d["premise"])} for s, d in splits.items()}
     with_cls = cfg.setting == "distilbert"
     key = fingerprint("snli", splits, tok.name, tok.vocab_size, cfg.max_len, with_cls)
     data = cached(cache_root(cfg.cache_dir) / f"snli-{key}.pt", lambda: {
@@ -237,7 +244,7 @@ def run(cfg: SNLIConfig, workdir: Path | None = None, progress: bool = True) -> 
         what = {"mixer": lm.cfg.name, "layout": lm.cfg.layout,
                 "mixer_options": json.dumps(lm.cfg.mixer_options, sort_keys=True),
                 "d_model": lm.cfg.d_model, "n_layers": lm.cfg.n_layers, "pool": cfg.pool}
-    elif cfg.backbone == "minilm":
+    elif cfg.backbone.startswith("minilm"):
         encoder_fn = functools.cache(lambda: features.minilm_encoder(backbone))
         device = cfg.train.resolve_device()
         stores = {}
@@ -281,7 +288,7 @@ def run(cfg: SNLIConfig, workdir: Path | None = None, progress: bool = True) -> 
     if cfg.setting == "scratch":  # after the runs, so that the backends are the ones that ran
         what.update(model_metadata(lm, cfg.max_len))
     return {
-        "task": "snli", "setting": cfg.setting, **what, "params_trainable": trainable,
+        "task": "snli", "setting": cfg.setting, **what, "inputs": cfg.inputs, "params_trainable": trainable,
         **run_fields(result, tcfg, cfg.seed), "train_data": about["train"], "val_data": about["valid"],
         "test_data": about["test"], "tokenizer": tok.name, "vocab_size": tok.vocab_size,
         "n_train": n_train, "n_val": limit["valid"], "n_test": limit["test"], "max_len": cfg.max_len,
@@ -319,9 +326,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--setting", default="scratch", choices=["scratch", "distilbert"])
     ap.add_argument("--mixer", default="attention", choices=sorted(zoo.MIXERS), help="scratch setting")
     ap.add_argument("--pool", default="last", choices=["last", "mean"])
-    ap.add_argument("--head", default="grassmann", choices=["grassmann", "transformer"], help="distilbert setting")
+    ap.add_argument("--head", default="grassmann", choices=list(KINDS), help="distilbert setting")
     ap.add_argument("--backbone", default="distilbert-base-uncased",
-                    choices=["distilbert-base-uncased", "random", "minilm"])
+                    choices=["distilbert-base-uncased", "random", "minilm", "minilm-random"])
+    ap.add_argument("--inputs", default="pair", choices=["pair", "hypothesis"])
     ap.add_argument("--tokenizer", default=None, choices=["word", "wordpiece", "bert-base-uncased", "minilm"],
                     help="default: minilm's own with --backbone minilm, else word")
     ap.add_argument("--data-dir", default=None, help="local folder laid out as ../shared/data (default: the hub)")
@@ -331,7 +339,7 @@ def main(argv=None) -> dict:
     add_run_arguments(ap)
     args = ap.parse_args(argv)
     cfg = SNLIConfig(seed=args.seed, setting=args.setting, data_dir=args.data_dir, cache_dir=args.cache_dir,
-                     tokenizer=args.tokenizer or ("minilm" if args.backbone == "minilm" else "word"), model=paper_model_config(args.mixer, "paper-6L"), pool=args.pool,
+                     tokenizer=args.tokenizer or ("minilm" if args.backbone.startswith("minilm") else "word"), model=paper_model_config(args.mixer, "paper-6L"), pool=args.pool,
                      backbone=args.backbone, head=HeadConfig(kind=args.head), budget_examples=args.budget_examples,
-                     eval_examples=args.eval_examples)
+                     eval_examples=args.eval_examples, inputs=args.inputs)
     return run_from_cli(cfg, args, run, beside_published)
