@@ -407,3 +407,28 @@ def test_hypothesis_only_and_the_controls_run_and_say_what_they_read(tmp_path, m
     assert rec["prior"]["mixer"] == "prior" and rec["prior"]["params_trainable"] == 3
     # each input and backbone its own features: pair and hypothesis-only, pretrained and random (x train, valid, test)
     assert len(list((tmp_path / "snli-features").glob("*.pt"))) == 9
+
+
+def test_the_cpu_sweep_brackets_every_head_control_and_mixer():
+    """sweeps/shipped/snli_cpu.py: the two heads matched, each control differing from the
+    Transformer head in the one thing it controls, every mixer matched, all bracketed."""
+    from sweeps.spec import load_sweep
+    module = __import__("sweeps.shipped.snli_cpu", fromlist=["configs"])
+    runs = {(r.label, r.config.seed, r.config.train.lr): r.config for r in load_sweep("snli_cpu").runs}
+    labels = [*module.HEADS, *module.MIXERS]
+    for label in labels:
+        assert {lr for (l, seed, lr) in runs if l == label and seed == 0} == set(module.LRS), label
+    counts = {k: sum(p.numel() for p in Head(HeadConfig(kind=k), 384).parameters()) for k in ("transformer", "grassmann")}
+    assert abs(counts["grassmann"] / counts["transformer"] - 1) < 0.02
+    heads = {label: runs[label, 0, module.LRS[0]] for label in module.HEADS}
+    base = heads["Transformer head"]
+    assert base.setting == "distilbert" and base.backbone == "minilm" and base.inputs == "pair"
+    differs = {label: {f for f in ("backbone", "inputs", "head") if getattr(cfg, f) != getattr(base, f)}
+               for label, cfg in heads.items()}
+    assert differs == {"Transformer head": set(), "Grassmann-Plücker head": {"head"}, "majority class": {"head"},
+                       "linear probe": {"head"}, "hypothesis only": {"inputs"}, "random backbone": {"backbone"}}
+    scratch = [runs[m, 0, module.LRS[0]] for m in module.MIXERS]
+    assert {c.model.mixer for c in scratch} == set(module.MIXERS) and all(c.setting == "scratch" for c in scratch)
+    params = [zoo.config_params(c.model.replace(vocab_size=8)) - 8 * c.model.d_model - c.model.max_len * c.model.d_model
+              for c in scratch]
+    assert max(params) / min(params) < 1.04  # each within 2 % of attention's
