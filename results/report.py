@@ -92,8 +92,19 @@ def mqar_section(tried: pd.DataFrame) -> str:
     header += ["best lr", "lrs tried"] if has_lr else []
     return ("## mqar\n\nState size: floats of inference state. Accuracy: per seed the best over the "
             "learning rates tried (finished runs, and diverged ones at their best evaluation before), then "
-            "mean ± sd over seeds.\n\n"
+            "mean ± sd over seeds." + _selection_note(tried) + "\n\n"
             + markdown_table([*header, "seeds"], body))
+
+
+def _selection_note(runs: pd.DataFrame) -> str:
+    """What picked the checkpoints and rates of ``runs``, where some had a validation split."""
+    on = runs["selected_on"].fillna("test") if "selected_on" in runs else pd.Series("test", index=runs.index)
+    n = int((on == "validation").sum())
+    if not n:
+        return ""
+    return (f" {n} of {len(runs)} runs had a validation split: for those, validation picked the checkpoint "
+            "and the rate, and the accuracy is on test, read once at that checkpoint; the others were "
+            "picked on test.")
 
 
 def mad_section(runs: pd.DataFrame) -> str:
@@ -111,7 +122,7 @@ def mad_section(runs: pd.DataFrame) -> str:
             "per task, the mean over the task's settings that every model which ran it has run; MAD score: "
             "the mean of the task columns (the published tables' Average); params: outside the embedding and "
             "head (MAD fixes the width, not the size); params total: with them, over the settings run (the "
-            "embedding grows with a task's vocabulary).\n\n"
+            "embedding grows with a task's vocabulary)." + _selection_note(runs) + "\n\n"
             + markdown_table(["label", "MAD score", *tasks, "settings", "params", "params total"], body)
             + "\n\nThe settings only some models ran, each model's baseline → the change:\n\n" + mad_changes(runs))
 

@@ -32,18 +32,22 @@ def best_over_lr(rows: pd.DataFrame, keys) -> pd.DataFrame:
     ``lrs_tried``, the number of learning rates the point was the best of, and
     ``lr_edge``: "largest" or "smallest" where the winner is an end of two or more
     learning rates tried and beats every other (the grid may not bracket the point's
-    best), else "" (a tie says nothing of where the best lies)."""
+    best), else "" (a tie says nothing of where the best lies). A run with a validation
+    split (``best_val_accuracy``) competes on it and reports its test ``accuracy``, read
+    once at the checkpoint validation chose; a run without one competes on ``accuracy``."""
     rows = rows[rows["accuracy"].notna()]
     by = [k for k in (*keys, "seed") if k in rows]
+    on = rows["best_val_accuracy"].fillna(rows["accuracy"]) if "best_val_accuracy" in rows else rows["accuracy"]
+    rows = rows.assign(_on=on)
     if "lr" in rows:
         point = rows.groupby(by, dropna=False)
         tried, low, high = (point["lr"].transform(f) for f in ("nunique", "min", "max"))
-        top = rows["accuracy"] == point["accuracy"].transform("max")
+        top = rows["_on"] == point["_on"].transform("max")
         alone = top.groupby([rows[k] for k in by], dropna=False).transform("sum") == 1  # no tie for best
         edge = (tried > 1) & ((rows["lr"] == high) | (rows["lr"] == low)) & alone
         rows = rows.assign(lrs_tried=tried, lr_edge=(rows["lr"] == high).map({True: "largest", False: "smallest"})
                            .where(edge, ""))
-    return rows.loc[rows.groupby(by, dropna=False)["accuracy"].idxmax()]
+    return rows.loc[rows.groupby(by, dropna=False)["_on"].idxmax()].drop(columns="_on")
 
 
 def over_seeds(best: pd.DataFrame, keys) -> pd.DataFrame:

@@ -43,35 +43,31 @@ def canonical(obj: Any) -> Any:
 
 
 def identity(config: Any) -> Any:
-    """What a run id hashes: the canonical config, minus where files live on this
-    machine, how often a run checkpoints and reports, and how its processes share the
-    work (a TrainConfig's ``strategy`` and ``micro_batch_size``: the same global batch,
-    the same run). A cache folder never changes a
-    result; a data folder only matters as "local copy" against "the hub" (an offline SNLI
-    run trains on a different split). ``checkpoint_every`` hashes as its default 0, so the
-    ids of runs made before it stopped counting (with the default) stay the same; a
-    ModelConfig's ``hybrid`` and ``init_std``, a Wikitext-2 config's ``extrapolate`` and a
-    decode config's ``step_impl`` other than "auto" only count when set,
-    for the same reason (fields added after records were made under their defaults), and
-    a TrainConfig's ``precision`` "auto" hashes as ``amp: True``, the flag it replaced."""
-    if isinstance(config, dict):
+    """What a run id hashes: the config as ``canonical`` writes it, each field of a typed
+    config as its declaration says (``zoo.config``'s ``NOT_IN_ID``, ``WHEN_SET``, ``id_as``):
+    where files live, how often a run checkpoints and reports and how its processes share
+    the work are left out, and a field added after records were made counts only when set,
+    so that those records keep their ids."""
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
         out = {}
-        for key, value in config.items():
-            if key in ("cache_dir", "checkpoint_minutes", "log_every_s", "strategy", "micro_batch_size") \
-                    or (key in ("hybrid", "extrapolate") and not value) or (key == "init_std" and value is None) \
-                    or (key == "step_impl" and value == "auto"):
+        for f in dataclasses.fields(config):
+            value, rule = getattr(config, f.name), f.metadata.get("identity")
+            if rule == "omit" or (rule == "when_set" and canonical(value) == canonical(_default(f))):
                 continue
-            if key == "checkpoint_every":
-                out[key] = 0
-                continue
-            if key == "precision" and value == "auto":
-                out["amp"] = True  # the field it replaced, at its default
-                continue
-            out[key] = ("local" if value is not None else None) if key == "data_dir" else identity(value)
+            if callable(rule):
+                out.update(canonical(rule(value)))
+            else:
+                out[f.name] = identity(value)
         return out
-    if isinstance(config, list):
+    if isinstance(config, dict):
+        return {str(k): identity(v) for k, v in config.items()}
+    if isinstance(config, (list, tuple)):
         return [identity(v) for v in config]
     return config
+
+
+def _default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
 def mixer_revisions(config: Any) -> dict[str, int]:
@@ -98,12 +94,23 @@ def mixer_revisions(config: Any) -> dict[str, int]:
 def make_run_id(task: str, config: Any) -> str:
     # Revisions join the hash only when there are any, so the ids of configs whose
     # mixers never changed stay what they were.
-    key = {"task": task, "config": identity(canonical(config))}
+    key = {"task": task, "config": identity(_typed(task, config))}
     revisions = mixer_revisions(config)
     if revisions:
         key["revisions"] = revisions
     blob = json.dumps(key, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def _typed(task: str, config: Any) -> Any:
+    """``config`` as its task's config class where it is a dict of one (a record's), so that
+    its fields' identity rules apply; as it is otherwise."""
+    if isinstance(config, dict) and task in tasks.TASKS:
+        try:
+            return tasks.TASKS[task][0].from_dict(config)
+        except (TypeError, ValueError):
+            return config
+    return config
 
 
 _BUILT: set[str] = set()  # repr of every ModelConfig RunConfig.typed has built once

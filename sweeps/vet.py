@@ -35,7 +35,7 @@ from tasks.mqar.task import CPU_GRID, MQARConfig, grid_configs
 from tasks.wikitext2 import paper_model_config, preset_config
 
 from .launch import FINAL, launch
-from .spec import RunConfig, Sweep, canonical, identity, local_data_dir, matched_models, sweep_module, validate
+from .spec import RunConfig, Sweep, identity, local_data_dir, matched_models, sweep_module, validate
 
 CONTROLS = {"attention": {"n_heads": 1}, "sliding_window": {"n_heads": 1, "window": 16}}  # Zoology's MQAR setup
 REFERENCE = REPO / "results" / "reference"
@@ -213,10 +213,10 @@ def cost_runs(mixer: str, options: dict, against: list[tuple[str, dict]], budget
 
 def _bracket_key(run: RunConfig) -> str:
     """A run's config with its seed and learning rate left out: the runs of one bracket share it."""
-    cfg = canonical(run.config)
+    cfg = identity(run.config)
     cfg.pop("seed", None)
     cfg.get("train", {}).pop("lr", None)
-    return json.dumps([run.task, run.label, identity(cfg)], sort_keys=True)
+    return json.dumps([run.task, run.label, cfg], sort_keys=True)
 
 
 def seeded_runs(first: list[RunConfig], records: dict, seeds: tuple) -> list[RunConfig]:

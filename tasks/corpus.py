@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import zoo
-from zoo.config import StrictConfig, check_bounds
+from zoo.config import NOT_IN_ID, StrictConfig, check_bounds
 
 from .engine.corpus import check_source, load_corpus
 from .engine.lm import fit_lm
@@ -36,7 +36,7 @@ class CorpusConfig(StrictConfig):
     tokenizer_docs: int = 100_000  # training documents a WordPiece is trained on
     max_train_tokens: int | None = None  # stop tokenizing the training source there (a streamed corpus)
     max_eval_tokens: int | None = 1_000_000  # of validation and of test
-    cache_dir: str | None = None  # the tokenized splits ($LINBENCH_CACHE)
+    cache_dir: str | None = field(default=None, metadata=NOT_IN_ID)  # the tokenized splits ($LINBENCH_CACHE)
     seq_len: int = 256
     budget_tokens: int | None = None  # training tokens; None: ``epochs`` passes over train
     epochs: float = 1.0

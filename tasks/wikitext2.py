@@ -27,11 +27,11 @@ import torch
 import torch.nn.functional as F
 
 import zoo
-from zoo.config import StrictConfig, check_bounds, check_choice
+from zoo.config import NOT_IN_ID, WHEN_SET, StrictConfig, check_bounds, check_choice
 
 
 from .engine.cli import add_run_arguments, run_from_cli
-from .engine.data import load_wikitext2, unigram_perplexity, wikitext2_text
+from .engine.data import LOCAL_OR_HUB, load_wikitext2, unigram_perplexity, wikitext2_text
 from .engine.lm import Chunks, fit_lm
 from .engine.runs import load_weights, refuse_non_causal
 from .engine.train import TrainConfig
@@ -83,8 +83,8 @@ class WikiText2Config(StrictConfig):
     variant: str = "tokens"  # "tokens" (wikitext-2-v1) or "raw" (wikitext-2-raw-v1, the paper's)
     tokenizer: str = "word"  # "word" (tokens only), "bert-base-uncased" (hub, the paper's), "wordpiece"
     wordpiece_vocab: int = 30522  # target size of a WordPiece trained here
-    data_dir: str | None = None  # None: the Hugging Face hub; else a folder laid out as ../shared/data
-    cache_dir: str | None = None  # tokenized splits and trained tokenizers ($LINBENCH_CACHE)
+    data_dir: str | None = field(default=None, metadata=LOCAL_OR_HUB)  # None: the Hugging Face hub; else a folder laid out as ../shared/data
+    cache_dir: str | None = field(default=None, metadata=NOT_IN_ID)  # tokenized splits and trained tokenizers ($LINBENCH_CACHE)
     seq_len: int = 128
     epochs: float = 30
     budget_tokens: int | None = None  # training tokens; None: `epochs` passes over train
@@ -93,7 +93,7 @@ class WikiText2Config(StrictConfig):
     # Length extrapolation: after training, validation perplexity by position on contexts of
     # these multiples of seq_len (e.g. (1, 2, 4, 8)), read by the step form in pieces of
     # seq_len; () none. Needs a model without learned positions.
-    extrapolate: tuple = ()
+    extrapolate: tuple = field(default=(), metadata=WHEN_SET)
     model: zoo.ModelConfig = field(default_factory=paper_model_config)  # vocab_size: the tokenizer's
     train: TrainConfig = field(default_factory=lambda: TrainConfig(batch_size=32, lr=1e-3, warmup_steps=500))
 

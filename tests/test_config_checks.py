@@ -141,3 +141,13 @@ def test_cli_numbers_are_refused_before_sbatch(capsys):
             main(["run", "smoke", "--executor", "slurm", flag, value])
         assert exit_.value.code == 2
         assert f"argument {flag}:" in capsys.readouterr().err
+
+
+def test_a_renamed_field_reads_the_old_name_from_a_record_only():
+    assert TrainConfig.from_dict({"steps": 3, "amp": True}).precision == "auto"  # a record made before precision
+    with pytest.raises(ValueError, match=r"amp=False \(now precision\) has no reading; readable: \[True\]"):
+        TrainConfig.from_dict({"amp": False})
+    with pytest.raises(ValueError, match=r"unknown field\(s\) \['amp'\]"):  # both names: the old one is unknown
+        TrainConfig.from_dict({"amp": True, "precision": "bf16"})
+    with pytest.raises(ValueError, match=r"unknown field\(s\) \['amp'\]"):  # and never in code
+        TrainConfig(amp=True)

@@ -48,6 +48,33 @@ def test_a_run_trains_and_scores_the_test_positions(tmp_path, task):
     assert torch.equal(again[0], load_split(cfg, "test")[0])
 
 
+@pytest.mark.parametrize("task", ["in-context-recall", "compression"])
+def test_a_validation_split_picks_the_checkpoint_and_test_is_read_once_there(tmp_path, monkeypatch, task):
+    from tasks.mad import task as mad_task
+    cfg = _tiny(tmp_path, task, seq_len=32).replace(num_val_examples=24)
+    valid, test = load_split(cfg, "valid"), load_split(cfg, "test")
+    assert len(valid[0]) == 24 and not {tuple(r) for r in valid[0].tolist()} & {tuple(r) for r in test[0].tolist()}
+    scored = []
+    real = mad_task.mad_metrics
+
+    def spy(m, x, y, b, v):
+        out = real(m, x, y, b, v)
+        scored.append((len(x), out))
+        return out
+    monkeypatch.setattr(mad_task, "mad_metrics", spy)
+    rec = run(cfg, progress=False)
+    assert [n for n, _ in scored] == [24, 24, 32]  # two evaluations on validation, then test once
+    chosen = min(scored[:2], key=lambda s: s[1]["perplexity"])[1]  # MAD's rule, on validation
+    assert rec["selected_on"] == "validation" and rec["best_val_accuracy"] == chosen["accuracy"]
+    assert rec["val_perplexity"] == chosen["perplexity"] and rec["accuracy"] == scored[2][1]["accuracy"]
+    assert rec["perplexity"] == scored[2][1]["perplexity"] and "best_accuracy" not in rec
+    assert run(cfg.replace(num_val_examples=0), progress=False)["selected_on"] == "test"
+    from sweeps.spec import make_run_id  # counts in a run id only when set
+    assert make_run_id("mad", cfg.replace(num_val_examples=0)) == make_run_id("mad", _tiny(tmp_path, task, seq_len=32))
+    with pytest.raises(ValueError, match="num_val_examples"):
+        cfg.replace(num_val_examples=-2)
+
+
 def test_accuracy_counts_scored_positions_only():
     x = torch.randint(10, (4, 6))
     y = torch.full_like(x, IGNORE)

@@ -218,6 +218,34 @@ def test_run_record_and_resume(tmp_path):
     assert again["resumed_from"] == 20 and again["accuracy"] == rec["accuracy"]
 
 
+def test_a_validation_split_picks_the_checkpoint_and_test_is_read_once_there(tmp_path, monkeypatch):
+    from tasks.mqar import task as mqar_task
+    cfg = _quick(tmp_path, steps=30, eval_every=10).replace(num_val_examples=150)
+    valid, test = load_split(cfg, "valid"), load_split(cfg, "test")
+    assert len(valid[0]) == 150 and not {tuple(r) for r in valid[0].tolist()} & {tuple(r) for r in test[0].tolist()}
+    scored = []
+    real = mqar_task.labelled_accuracy
+
+    def spy(m, x, y, b):
+        out = real(m, x, y, b)
+        scored.append((len(x), out["accuracy"]))
+        return out
+    monkeypatch.setattr(mqar_task, "labelled_accuracy", spy)
+    rec = run(cfg, progress=False)
+    assert [n for n, _ in scored] == [150, 150, 150, 200]  # three evaluations on validation, then test once
+    assert rec["selected_on"] == "validation" and rec["num_val_examples"] == 150
+    assert rec["best_val_accuracy"] == max(a for _, a in scored[:3]) and rec["accuracy"] == scored[3][1]
+    assert "final_accuracy" not in rec and rec["final_val_accuracy"] == scored[2][1]
+    zoology = run(cfg.replace(num_val_examples=0), progress=False)  # every evaluation on test, the best kept
+    assert zoology["selected_on"] == "test" and "best_val_accuracy" not in zoology
+    # the field counts in a run id only when set: records made before it keep theirs
+    from sweeps.spec import make_run_id
+    assert make_run_id("mqar", cfg.replace(num_val_examples=0)) == make_run_id("mqar", _quick(tmp_path, steps=30, eval_every=10))
+    assert make_run_id("mqar", cfg) != make_run_id("mqar", cfg.replace(num_val_examples=0))
+    with pytest.raises(ValueError, match="num_val_examples"):
+        cfg.replace(num_val_examples=-1)
+
+
 def test_refuses_a_non_causal_model(tmp_path):
     cfg = _quick(tmp_path, "grassmann", {"pairing": "future"}, steps=5)
     with pytest.raises(ValueError, match="non-causal.*grassmann.*future"):

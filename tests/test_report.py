@@ -206,3 +206,18 @@ def test_without_the_sweep_the_report_lists_the_records_not_ok():
     assert "\n10 runs: 9 ok, 1 diverged. Written" in text
     assert "| r9 | mamba2 | diverged | loss is nan |" in section(text, "Runs that did not finish ok")
     assert report_markdown(lm_frame(), not_ok=[]).split("Written")[0] == report_markdown(lm_frame()).split("Written")[0]
+
+
+def test_mqar_and_mad_sections_say_what_a_validation_split_picked():
+    from results.report import mqar_section
+    rows = pd.DataFrame([
+        {"label": "a", "seq_len": 64, "num_kv_pairs": 4, "d_model": 32, "seed": 0, "lr": 1e-3, "accuracy": 0.9,
+         "best_val_accuracy": 0.5, "selected_on": "validation", "run_status": "ok"},
+        {"label": "a", "seq_len": 64, "num_kv_pairs": 4, "d_model": 32, "seed": 0, "lr": 3e-3, "accuracy": 0.7,
+         "best_val_accuracy": 0.6, "selected_on": "validation", "run_status": "ok"},
+        {"label": "b", "seq_len": 64, "num_kv_pairs": 4, "d_model": 32, "seed": 0, "lr": 1e-3, "accuracy": 0.4,
+         "run_status": "ok"}])
+    text = mqar_section(rows)
+    assert "2 of 3 runs had a validation split" in text
+    assert "| a | 64 | 4 | 32 | 0.7 | 0.003 | 2 | 1 |" in text  # picked on validation, read on test
+    assert "validation split" not in mqar_section(rows[rows["label"] == "b"].drop(columns=["selected_on"]))

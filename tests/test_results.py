@@ -182,6 +182,20 @@ def test_report_mqar_rows_are_the_best_lr_per_seed_then_mean():
                 assert f"| {mixer} | {L} | 4 | {d} | {state} | {cell} | {lrs} | 2 | 3 |" in section
 
 
+def test_a_run_with_a_validation_split_competes_on_it_and_reports_test():
+    from results.stats import best_over_lr
+    rows = pd.DataFrame([  # one point, one seed, three rates
+        {"label": "a", "seq_len": 64, "d_model": 32, "seed": 0, "lr": 1e-3, "accuracy": 0.95, "best_val_accuracy": 0.80},
+        {"label": "a", "seq_len": 64, "d_model": 32, "seed": 0, "lr": 3e-3, "accuracy": 0.90, "best_val_accuracy": 0.85},
+        {"label": "a", "seq_len": 64, "d_model": 32, "seed": 0, "lr": 1e-2, "accuracy": 0.10, "best_val_accuracy": 0.20}])
+    best = best_over_lr(rows, ["label", "seq_len", "d_model"])
+    # chosen on validation (0.85 at 3e-3), reported on test (0.90), though test was higher at 1e-3
+    assert best[["lr", "accuracy", "lrs_tried", "lr_edge"]].values.tolist() == [[3e-3, 0.90, 3, ""]]
+    assert "_on" not in best
+    zoology = best_over_lr(rows.drop(columns="best_val_accuracy"), ["label", "seq_len", "d_model"])
+    assert zoology[["lr", "accuracy", "lr_edge"]].values.tolist() == [[1e-3, 0.95, "smallest"]]
+
+
 def test_t_quantile_matches_the_tables():
     for df, t in ((1, 12.706), (2, 4.303), (10, 2.228), (30, 2.042), (1e6, 1.960)):
         assert t_quantile(0.975, df) == pytest.approx(t, abs=1e-3)

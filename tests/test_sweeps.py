@@ -22,7 +22,7 @@ import tasks
 import zoo
 from sweeps import RunConfig, SweepError, launch, load_sweep, make_run_id, matched_models, validate
 from sweeps.cli import main as cli
-from sweeps.spec import Sweep
+from sweeps.spec import Sweep, canonical
 from results.layout import workdir_for
 from sweeps.jobs import _exclusive, execute
 from sweeps.launch import may_start
@@ -101,23 +101,68 @@ def test_run_id_is_a_stable_hash_of_the_config():
     assert len(a.run_id) == 12 and int(a.run_id, 16) >= 0
     assert make_run_id("x", {"b": (1, 2), "a": {"c": 1.5}}) == make_run_id("x", {"a": {"c": 1.5}, "b": [1, 2]})
     # where the files live on this machine is not part of a run's identity; hub vs local is
-    local = make_run_id("x", {"data_dir": "/a/data", "cache_dir": "/a/cache", "n": 1})
-    assert local == make_run_id("x", {"data_dir": "/elsewhere", "cache_dir": None, "n": 1})
-    assert local != make_run_id("x", {"data_dir": None, "n": 1})
+    from tasks.wikitext2 import WikiText2Config
+    local = make_run_id("wikitext2", WikiText2Config(data_dir="/a/data", cache_dir="/a/cache"))
+    assert local == make_run_id("wikitext2", WikiText2Config(data_dir="/elsewhere"))
+    assert local != make_run_id("wikitext2", WikiText2Config(data_dir=None))
     # pinned: an accidental change of the hashing would orphan every existing record
     assert make_run_id("x", {"n": 1}) == "52e153cf111e"
 
 
 def test_precision_auto_keeps_the_ids_of_runs_made_with_the_flag_it_replaced():
-    train = {"steps": 8, "lr": 1e-2}
-    old = make_run_id("x", {"train": {**train, "amp": True}})  # a record made before the field
-    assert make_run_id("x", {"train": {**train, "precision": "auto"}}) == old
-    assert make_run_id("x", {"train": {**train, "precision": "bf16"}}) != old
-    # how the processes share a global batch is not the run's identity
-    assert make_run_id("x", {"train": {**train, "strategy": "fsdp", "micro_batch_size": 2}}) == \
-        make_run_id("x", {"train": train})
-    assert make_run_id("x", {"train": {**train, "precision": "fp32"}}) not in (
-        old, make_run_id("x", {"train": {**train, "precision": "bf16"}}))
+    from tasks.wikitext2 import WikiText2Config
+    cfg = WikiText2Config()
+    made_before = canonical(cfg)  # a record made before the field: the flag amp in its place
+    train = made_before["train"]
+    del train["precision"], train["strategy"], train["micro_batch_size"], train["checkpoint_minutes"]
+    del train["log_every_s"], made_before["cache_dir"], made_before["extrapolate"]
+    del made_before["model"]["hybrid"], made_before["model"]["init_std"]
+    train["amp"] = True
+    assert make_run_id("wikitext2", cfg) == make_run_id("wikitext2", made_before)
+    bf16 = make_run_id("wikitext2", cfg.replace(train=cfg.train.replace(precision="bf16")))
+    assert bf16 != make_run_id("wikitext2", cfg)
+    # how the processes share a global batch, and how often a run checkpoints, are not its identity
+    assert make_run_id("wikitext2", cfg.replace(train=cfg.train.replace(
+        strategy="fsdp", micro_batch_size=2, checkpoint_every=50, checkpoint_minutes=1.0))) == make_run_id("wikitext2", cfg)
+    assert make_run_id("wikitext2", cfg.replace(train=cfg.train.replace(precision="fp32"))) not in (
+        bf16, make_run_id("wikitext2", cfg))
+
+
+def _committed_runs():
+    """(task, config, id) of every run of a shipped sweep that has a committed record."""
+    reference = Path(__file__).resolve().parent.parent / "results" / "reference"
+    for path in sorted((Path(__file__).resolve().parent.parent / "sweeps" / "shipped").glob("*.py")):
+        folder = reference / path.stem
+        if not folder.is_dir():
+            continue
+        for run in load_sweep(path.stem).runs:
+            record = folder / f"{run.run_id}.json"
+            if record.is_file():
+                yield run.task, json.loads(record.read_text())["config"], run.run_id
+
+
+def test_a_committed_record_hashes_to_its_run_id_and_a_new_field_moves_none(monkeypatch):
+    """Identity rules live on the fields (zoo.config's NOT_IN_ID, WHEN_SET, id_as): every
+    committed record's config hashes to its file's id, and a field added with WHEN_SET
+    moves none of them; added without it, it moves every one of its task."""
+    import dataclasses as dc
+
+    from zoo.config import WHEN_SET
+    runs = list(_committed_runs())
+    assert len(runs) > 400 and {t for t, _, _ in runs} >= {"wikitext2", "mqar", "mad", "decode"}
+    for task, config, run_id in runs:
+        assert make_run_id(task, config) == run_id, (task, run_id)
+    for task in ("wikitext2", "mqar"):
+        cls, fn = tasks.TASKS[task]
+        later = dc.make_dataclass(cls.__name__, [("added_later", int, dc.field(default=3, metadata=WHEN_SET))],
+                                  bases=(cls,))
+        plain = dc.make_dataclass(cls.__name__, [("added_later", int, dc.field(default=3))], bases=(cls,))
+        mine = [(config, run_id) for t, config, run_id in runs if t == task]
+        monkeypatch.setitem(tasks.TASKS, task, (later, fn))
+        assert all(make_run_id(task, config) == run_id for config, run_id in mine)
+        assert make_run_id(task, {**mine[0][0], "added_later": 4}) != mine[0][1]  # set, it counts
+        monkeypatch.setitem(tasks.TASKS, task, (plain, fn))
+        assert not any(make_run_id(task, config) == run_id for config, run_id in mine)
 
 
 def test_a_mixers_revision_is_part_of_the_run_id(monkeypatch):

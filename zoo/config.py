@@ -99,6 +99,18 @@ class StrictConfig(metaclass=_StrictMeta):
 
     @classmethod
     def from_dict(cls, data: dict):
+        """The config a dict (a record's) describes; a field that replaced another
+        (``renamed_from``) reads the old name's value where the dict has only that."""
+        data = dict(data)
+        for f in dataclasses.fields(cls):
+            was = f.metadata.get("was")
+            if was and was[0] in data and f.name not in data:
+                old, readings = was
+                value = data.pop(old)
+                if value not in readings:
+                    raise ValueError(f"{cls.__name__}: {old}={value!r} (now {f.name}) has no reading; "
+                                     f"readable: {list(readings)}")
+                data[f.name] = readings[value]
         # construction itself rebuilds nested configs from dicts and checks every value
         return cls(**data)
 
@@ -111,6 +123,26 @@ class StrictConfig(metaclass=_StrictMeta):
             return dataclasses.replace(self, **changes)  # constructs anew: every check runs
 
         return _guarded(type(self), build)
+
+
+# --- how a field enters a run's identity -----------------------------------------
+# A run id is a hash of the run's config (sweeps.spec.identity); a field says here, where
+# it is declared, if it is hashed otherwise than as itself. Adding a field with a default
+# moves every committed run id unless the field says WHEN_SET.
+
+NOT_IN_ID = {"identity": "omit"}  # never changes a result: where files live, cadences, process layout
+WHEN_SET = {"identity": "when_set"}  # added after records were made under its default: hashed only when set
+
+
+def id_as(rule) -> dict:
+    """Metadata for a field hashed as ``rule(value)``, a dict of what it hashes as ({}: nothing)."""
+    return {"identity": rule}
+
+
+def renamed_from(old: str, readings: dict) -> dict:
+    """Metadata for a field that replaced ``old``: a record that still has ``old`` reads its
+    value through ``readings`` (``StrictConfig.from_dict``)."""
+    return {"was": (old, readings)}
 
 
 # --- collecting every error of a sweep file --------------------------------------
@@ -208,7 +240,7 @@ def _checked(cls, name: str, value):
     if isinstance(origin, type) and issubclass(origin, StrictConfig):
         if isinstance(value, dict):
             try:
-                value = hint(**value)  # under collecting(): an InvalidConfig, handled below
+                value = hint.from_dict(value)  # under collecting(): an InvalidConfig, handled below
             except Exception as exc:
                 raise ValueError(f"{own}: {name}: {_reason(hint, exc)}") from exc
         if isinstance(value, InvalidConfig):

@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .config import StrictConfig, check_bounds, check_choice
+from .config import WHEN_SET, StrictConfig, check_bounds, check_choice
 from .mixers import build_mixer, check_mixer, is_mixer, mixer_class
 
 ACTIVATIONS = ("gelu", "relu", "swiglu")
@@ -34,7 +34,7 @@ class ModelConfig(StrictConfig):
     # A hybrid stack: the last layer of every group of `every` runs another mixer, e.g.
     # {"mixer": "attention", "every": 4, "options": {"n_heads": 4}} (3 of `mixer`, then
     # attention, repeated). {}: every layer runs `mixer`.
-    hybrid: dict = field(default_factory=dict)
+    hybrid: dict = field(default_factory=dict, metadata=WHEN_SET)
     d_ff: int | None = None  # None: the mixer's convention (4 * d_model, or none for Mamba); 0: no MLP
     activation: str = "gelu"
     norm: str = "layernorm"  # or "rmsnorm"
@@ -48,7 +48,7 @@ class ModelConfig(StrictConfig):
     # bias zeroed, but for parameters a mixer marks _no_reinit: the "small init" of the
     # reproductions (youdie006/grassmann's N(0, 0.02) for Linear and Embedding; the
     # embeddings here are N(0, 0.02) either way).
-    init_std: float | None = None
+    init_std: float | None = field(default=None, metadata=WHEN_SET)
 
     def __post_init__(self):
         own = "ModelConfig"

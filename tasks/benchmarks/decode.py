@@ -50,14 +50,14 @@ import json
 import shlex
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 import zoo
-from zoo.config import check_bounds, check_choice
+from zoo.config import WHEN_SET, check_bounds, check_choice
 
 from ..engine.cli import emit_points, format_table, parse_mixers
 from ..engine.allocator import tune_malloc
@@ -77,7 +77,7 @@ class DecodeConfig(MixerBench):
     warmup: int = 8  # untimed decode steps first (they extend the context too)
     time_limit_s: float = 300.0  # per point, start-up excluded
     bandwidth_mb: int = 512  # the matrix that measures the read bandwidth
-    step_impl: str = "auto"  # a fixed-state mixer's step form, or the fastest (zoo.stepping)
+    step_impl: str = field(default="auto", metadata=WHEN_SET)  # a fixed-state mixer's step form, or the fastest (zoo.stepping)
 
     def __post_init__(self):
         super().__post_init__()

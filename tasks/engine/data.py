@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from zoo.config import id_as
+
 # Trained WordPiece vocabularies the reference runs read, committed (training is not
 # reproducible across processes: ``trained_wordpiece``).
 SHIPPED_VOCAB = Path(__file__).resolve().parent / "vocab"
@@ -45,6 +47,11 @@ def need(module: str, what: str):
         return __import__(module)
     except ImportError as e:
         raise ImportError(f"{what} needs the `{module}` package: pip install -e '.[nlp]'") from e
+
+
+# A data folder enters a run's identity only as "local copy" against "the hub": an offline
+# run trains on other splits (SNLI) or another copy of the same text, wherever it lives.
+LOCAL_OR_HUB = id_as(lambda v: {"data_dir": "local" if v is not None else None})
 
 
 def cache_root(cache_dir: str | None = None) -> Path:

@@ -26,7 +26,7 @@ import torch.nn as nn
 from tqdm.auto import tqdm
 
 from zoo import chunk_sizes, pin_chunk_sizes
-from zoo.config import StrictConfig, check_bounds, check_choice
+from zoo.config import NOT_IN_ID, StrictConfig, check_bounds, check_choice, id_as, renamed_from
 
 from . import parallel, tracking
 from .allocator import tune_malloc
@@ -54,21 +54,23 @@ class TrainConfig(StrictConfig):
     min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
     grad_clip: float = 1.0  # 0 disables clipping
     eval_every: int = 100
-    checkpoint_every: int = 0  # steps; 0: off
-    checkpoint_minutes: float = 5.0  # minutes of training between checkpoints; 0: off (signals always save)
-    log_every_s: float = 30.0  # seconds between progress.json beats and log lines
+    checkpoint_every: int = field(default=0, metadata=id_as(lambda v: {"checkpoint_every": 0}))  # steps; 0: off; hashed as 0
+    checkpoint_minutes: float = field(default=5.0, metadata=NOT_IN_ID)  # minutes of training between checkpoints; 0: off (signals always save)
+    log_every_s: float = field(default=30.0, metadata=NOT_IN_ID)  # seconds between progress.json beats and log lines
     target: float | None = None  # stop once the eval metric reaches it
     device: str = "auto"  # "auto" (cuda when available), "cpu", "cuda"
     # "auto": bf16 autocast on CUDA, fp32 on a CPU (what every committed record ran with);
     # "fp32": fp32 everywhere; "bf16": bf16 autocast on either (CPUs with AMX run bf16
     # matmuls several times faster). Parameters and optimizer state stay fp32 in all three.
-    precision: str = "auto"
+    # "auto" hashes as the flag it replaced, amp: True
+    precision: str = field(default="auto", metadata={**id_as(lambda v: {"amp": True} if v == "auto" else {"precision": v}),
+                                                     **renamed_from("amp", {True: "auto"})})
     # Over many processes (WORLD_SIZE > 1, see tasks.engine.parallel): "ddp" replicates the
     # model, "fsdp" shards it (FSDP2). batch_size stays the global batch; each process trains
     # on its share in micro-batches of micro_batch_size (0: the whole share at once).
     # Neither changes what a run computes, so neither is part of a run's identity.
-    strategy: str = "ddp"
-    micro_batch_size: int = 0
+    strategy: str = field(default="ddp", metadata=NOT_IN_ID)
+    micro_batch_size: int = field(default=0, metadata=NOT_IN_ID)
 
     def __post_init__(self):
         check_choice("TrainConfig", "device", self.device, ("auto", "cpu", "cuda"))

@@ -50,7 +50,7 @@ import torch
 
 GENERATOR_VERSION = 1  # part of the cache key: bump when the generated data changes
 IGNORE = -100  # MAD's target_ignore_index (mad/configs.py), what CrossEntropyLoss skips
-SPLITS = {"train": 0, "test": 1}  # spawn keys: independent train and test streams
+SPLITS = {"train": 0, "test": 1, "valid": 2}  # spawn keys: independent train, test and validation streams
 _DICT_KEY = 2  # spawn key of the memorization dictionary, shared by both splits
 
 # MAD's settings: "baseline" and "changes" from configs/tasks/<task>.yml (the changes are
@@ -357,6 +357,8 @@ GENERATORS = {"in-context-recall": in_context_recall, "fuzzy-in-context-recall":
 
 
 def generate(task: str, setting: dict, split: str, seed: int):
-    """A whole split of one MAD setting (a dict from ``mad_settings``)."""
-    kw = {k: v for k, v in setting.items() if k not in ("num_train_examples", "num_test_examples")}
+    """A whole split of one MAD setting (a dict from ``mad_settings``); its size
+    ``setting["num_<split>_examples"]`` (``num_valid_examples`` for the validation split,
+    which MAD's own settings do not have)."""
+    kw = {k: v for k, v in setting.items() if not (k.startswith("num_") and k.endswith("_examples"))}
     return GENERATORS[task](setting[f"num_{split}_examples"], seed, split, **kw)

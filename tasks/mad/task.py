@@ -42,12 +42,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import zoo
-from zoo.config import StrictConfig, check_bounds, check_choice
+from zoo.config import NOT_IN_ID, WHEN_SET, StrictConfig, check_bounds, check_choice
 from zoo.model import ModelConfig, positions_for
 
 from ..engine.data import cached_examples, epoch_indices
 from ..engine.losses import labelled_batches, labelled_lm_loss, lm_loss
-from ..engine.runs import checkpoint_path, model_metadata, refuse_non_causal, run_fields
+from ..engine.runs import checkpoint_path, model_metadata, refuse_non_causal, run_fields, score_best
 from ..engine.train import TrainConfig, train
 from .data import BASELINES, GENERATOR_VERSION, IGNORE, check, generate
 
@@ -63,8 +63,12 @@ class MADConfig(StrictConfig):
     # MAD: AdamW, lr 5e-4 (swept with weight decay), cosine; its 200 epochs are a GPU's budget
     train: TrainConfig = field(default_factory=lambda: TrainConfig(
         steps=1000, batch_size=128, lr=5e-4, weight_decay=0.0, warmup_steps=0, min_lr_ratio=0.0, eval_every=250))
-    cache_dir: str | None = None  # the cache root (tasks.engine.data.cache_root); the data goes to its mad/
+    cache_dir: str | None = field(default=None, metadata=NOT_IN_ID)  # the cache root (tasks.engine.data.cache_root); the data goes to its mad/
     eval_batch_size: int = 128  # MAD's test batches (its training batch): its accuracy is per batch
+    # 0: MAD's protocol, every evaluation on test and the one of lowest perplexity reported.
+    # > 0: that many fresh examples from a third seed stream pick the checkpoint (lowest
+    # validation perplexity, MAD's rule on validation); test is read once, at that checkpoint.
+    num_val_examples: int = field(default=0, metadata=WHEN_SET)
 
     def __post_init__(self):
         check_choice("MADConfig", "task", self.task, sorted(BASELINES))
@@ -81,6 +85,7 @@ class MADConfig(StrictConfig):
                 raise ValueError(f"MADConfig: setting num_{split}_examples={full[f'num_{split}_examples']!r} "
                                  f"must be a positive integer")
         check_bounds(self, "eval_batch_size", gt=0)
+        check_bounds(self, "num_val_examples", ge=0)
 
     @property
     def full_setting(self) -> dict:
@@ -150,10 +155,9 @@ def model_config(cfg: MADConfig) -> ModelConfig:
 
 def load_split(cfg: MADConfig, split: str) -> tuple[torch.Tensor, torch.Tensor]:
     """The split's (inputs, targets), generated once and cached under a hash of its key."""
-    key = {"version": GENERATOR_VERSION, "task": cfg.task, "setting": cfg.full_setting, "split": split,
-           "seed": cfg.seed}
-    return cached_examples(cfg.cache_dir, "mad", split, key,
-                           lambda: generate(cfg.task, cfg.full_setting, split, cfg.seed))
+    setting = {**cfg.full_setting, "num_valid_examples": cfg.num_val_examples} if split == "valid" else cfg.full_setting
+    key = {"version": GENERATOR_VERSION, "task": cfg.task, "setting": setting, "split": split, "seed": cfg.seed}
+    return cached_examples(cfg.cache_dir, "mad", split, key, lambda: generate(cfg.task, setting, split, cfg.seed))
 
 
 class Compressor(nn.Module):
@@ -227,14 +231,28 @@ def run(cfg: MADConfig, workdir: Path | None = None, progress: bool = True) -> d
         idx = pick(step)
         return train_x[idx], train_y[idx]
 
+    validate = bool(cfg.num_val_examples)
+    # with a validation split the loop keeps the checkpoint of lowest validation perplexity
+    select_x, select_y = load_split(cfg, "valid") if validate else (test_x, test_y)
     res = train(model, cfg.train, batch_fn,
                 lm_loss if compress else labelled_lm_loss,  # the compressor: (B, L, V), IGNORE is -100
-                eval_fn=lambda m: mad_metrics(m, test_x, test_y, cfg.eval_batch_size, lm.cfg.vocab_size),
-                metric="accuracy",
-                higher_is_better=True, checkpoint=checkpoint_path(workdir), progress=progress,
+                eval_fn=lambda m: mad_metrics(m, select_x, select_y, cfg.eval_batch_size, lm.cfg.vocab_size),
+                metric="perplexity" if validate else "accuracy",
+                higher_is_better=not validate, checkpoint=checkpoint_path(workdir), progress=progress,
                 tokens_per_step=cfg.tokens_per_step, desc=f"mad {cfg.task} {lm.cfg.name}")
     steps_per_epoch = math.ceil(len(train_x) / cfg.train.batch_size)
     reported = mad_reported(res.history)
+    if validate:  # test once, at the checkpoint validation chose
+        tested = score_best(model, res, cfg.train,
+                            lambda m: mad_metrics(m, test_x, test_y, cfg.eval_batch_size, lm.cfg.vocab_size)) or {}
+        selection = {"selected_on": "validation", "best_val_accuracy": reported.get("accuracy"),
+                     "val_perplexity": reported.get("perplexity"), "accuracy": tested.get("accuracy"),
+                     "perplexity": tested.get("perplexity"), "pooled_accuracy": tested.get("pooled_accuracy")}
+    else:  # MAD's protocol: the evaluation on test of lowest perplexity
+        selection = {"selected_on": "test", "accuracy": reported.get("accuracy"),
+                     "perplexity": reported.get("perplexity"), "pooled_accuracy": reported.get("pooled_accuracy"),
+                     "best_accuracy": res.best,
+                     "final_accuracy": (res.history[-1] if res.history else {}).get("accuracy")}
     return {
         "task": "mad", "mad_task": cfg.task, **run_fields(res, cfg.train, cfg.seed),
         "setting": json.dumps(setting, sort_keys=True), **{f"mad_{k}": v for k, v in setting.items()},
@@ -242,10 +260,8 @@ def run(cfg: MADConfig, workdir: Path | None = None, progress: bool = True) -> d
         "mixer_options": json.dumps(lm.cfg.mixer_options, sort_keys=True),
         "d_model": lm.cfg.d_model, "n_layers": lm.cfg.n_layers, "vocab_size": lm.cfg.vocab_size,
         "lr": cfg.train.lr, "weight_decay": cfg.train.weight_decay,
-        # MAD's number: the accuracy at the lowest test perplexity (not the best accuracy seen)
-        "accuracy": reported.get("accuracy"), "perplexity": reported.get("perplexity"),
-        "pooled_accuracy": reported.get("pooled_accuracy"), "reported_step": reported.get("step"),
-        "best_accuracy": res.best, "final_accuracy": (res.history[-1] if res.history else {}).get("accuracy"),
+        # MAD's number: the accuracy at the lowest perplexity (not the best accuracy seen)
+        **selection, "reported_step": reported.get("step"), "num_val_examples": cfg.num_val_examples,
         "train_loss": res.final_loss, "epochs_seen": res.steps / steps_per_epoch,
         **model_metadata(lm, setting["seq_len"]),
     }

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 GENERATOR_VERSION = 1  # part of the cache key: bump when the generated data changes
-SPLITS = {"train": 0, "test": 1}  # spawn keys: train and test streams never overlap
+SPLITS = {"train": 0, "test": 1, "valid": 2}  # spawn keys: the three streams never overlap
 
 
 def check_mqar(seq_len: int, num_kv_pairs: int, vocab_size: int) -> None:

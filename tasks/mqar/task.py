@@ -26,12 +26,12 @@ import numpy as np
 import torch
 
 import zoo
-from zoo.config import StrictConfig, check_bounds
+from zoo.config import NOT_IN_ID, WHEN_SET, StrictConfig, check_bounds
 from zoo.model import ModelConfig, positions_for
 
 from ..engine.data import cached_examples, epoch_indices
 from ..engine.losses import labelled_accuracy, labelled_lm_loss
-from ..engine.runs import checkpoint_path, model_metadata, refuse_non_causal, run_fields
+from ..engine.runs import checkpoint_path, model_metadata, refuse_non_causal, run_fields, score_best
 from ..engine.train import TrainConfig, train
 from .data import GENERATOR_VERSION, check_mqar, mqar_examples
 
@@ -50,9 +50,13 @@ class MQARConfig(StrictConfig):
     vocab_size: int = 128
     num_train_examples: int = 20_000
     num_test_examples: int = 1_000
+    # 0: Zoology's protocol, every evaluation on test and the best one reported. > 0: that
+    # many fresh examples from a third seed stream pick the checkpoint (and stop the run at
+    # the target); test is read once, at that checkpoint.
+    num_val_examples: int = field(default=0, metadata=WHEN_SET)
     power_a: float = 0.01
     random_non_queries: bool = True  # fill the unused slots with random tokens (else 0)
-    cache_dir: str | None = None  # the cache root (tasks.engine.data.cache_root); the data goes to its mqar/
+    cache_dir: str | None = field(default=None, metadata=NOT_IN_ID)  # the cache root (tasks.engine.data.cache_root); the data goes to its mqar/
     eval_batch_size: int = 256
 
     def __post_init__(self):
@@ -65,10 +69,11 @@ class MQARConfig(StrictConfig):
                              f"seq_len={self.seq_len}")
         check_bounds(self, "seed", ge=0)  # numpy's SeedSequence takes no negative seed
         check_bounds(self, "num_train_examples", "num_test_examples", "eval_batch_size", "power_a", gt=0)
+        check_bounds(self, "num_val_examples", ge=0)
 
     def data_key(self, split: str) -> dict:
         """Everything the generated data depends on (and nothing else)."""
-        n = self.num_train_examples if split == "train" else self.num_test_examples
+        n = {"train": self.num_train_examples, "valid": self.num_val_examples}.get(split, self.num_test_examples)
         return {"version": GENERATOR_VERSION, "split": split, "num_examples": n, "seq_len": self.seq_len,
                 "num_kv_pairs": self.num_kv_pairs, "vocab_size": self.vocab_size, "seed": self.seed,
                 "power_a": self.power_a, "random_non_queries": self.random_non_queries}
@@ -101,20 +106,30 @@ def run(cfg: MQARConfig, workdir: Path | None = None, progress: bool = True) -> 
         idx = pick(step)
         return train_x[idx], train_y[idx]
 
+    # the split that picks the checkpoint: a validation split when the config asks for one
+    select_x, select_y = load_split(cfg, "valid") if cfg.num_val_examples else (test_x, test_y)
     res = train(model, cfg.train, batch_fn, labelled_lm_loss,
-                eval_fn=lambda m: labelled_accuracy(m, test_x, test_y, cfg.eval_batch_size),
+                eval_fn=lambda m: labelled_accuracy(m, select_x, select_y, cfg.eval_batch_size),
                 metric="accuracy", higher_is_better=True, checkpoint=checkpoint_path(workdir), progress=progress,
                 tokens_per_step=cfg.tokens_per_step,
                 desc=f"mqar {cfg.model.mixer} L={cfg.seq_len} kv={cfg.num_kv_pairs}")
     last = res.history[-1] if res.history else {}
+    if cfg.num_val_examples:
+        tested = score_best(model, res, cfg.train, lambda m: labelled_accuracy(m, test_x, test_y, cfg.eval_batch_size))
+        selection = {"selected_on": "validation", "best_val_accuracy": res.best,
+                     "accuracy": None if tested is None else tested["accuracy"],  # test, read once
+                     "test_loss": None if tested is None else tested.get("test_loss"),
+                     "final_val_accuracy": last.get("accuracy")}
+    else:  # Zoology's protocol: the best of the evaluations on test
+        selection = {"selected_on": "test", "accuracy": res.best, "final_accuracy": last.get("accuracy"),
+                     "test_loss": last.get("test_loss")}
     return {
         "task": "mqar", **run_fields(res, cfg.train, cfg.seed),
         "mixer": cfg.model.name, "layout": cfg.model.layout,
         "mixer_options": json.dumps(cfg.model.mixer_options, sort_keys=True),
         "d_model": cfg.model.d_model, "n_layers": cfg.model.n_layers, "lr": cfg.train.lr,
         "seq_len": cfg.seq_len, "num_kv_pairs": cfg.num_kv_pairs, "vocab_size": cfg.vocab_size,
-        "accuracy": res.best,  # best evaluation, as Zoology reports its sweeps
-        "final_accuracy": last.get("accuracy"), "test_loss": last.get("test_loss"),
+        **selection, "num_val_examples": cfg.num_val_examples,
         "train_loss": res.final_loss, "stopped_early": res.stopped_early,
         "tokens_seen": res.steps * cfg.tokens_per_step,
         **model_metadata(model, cfg.seq_len),

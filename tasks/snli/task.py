@@ -35,10 +35,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import zoo
-from zoo.config import StrictConfig, check_bounds, check_choice
+from zoo.config import NOT_IN_ID, StrictConfig, check_bounds, check_choice
 
 from ..engine.cli import add_run_arguments, run_from_cli
-from ..engine.data import SPECIALS, cache_root, cached, epoch_indices, fingerprint, make_tokenizer, need, snli_splits
+from ..engine.data import LOCAL_OR_HUB, SPECIALS, cache_root, cached, epoch_indices, fingerprint, make_tokenizer, need, snli_splits
 from ..engine.runs import checkpoint_path, model_metadata, refuse_non_causal, run_fields, score_best
 from ..engine.train import TrainConfig, train
 from ..published import published_rows
@@ -51,8 +51,8 @@ from .heads import KINDS, Head, HeadConfig, classifier_mlp, pool_states
 class SNLIConfig(StrictConfig):
     seed: int = 0
     setting: str = "scratch"  # or "distilbert"
-    data_dir: str | None = None  # None: the Hugging Face hub
-    cache_dir: str | None = None
+    data_dir: str | None = field(default=None, metadata=LOCAL_OR_HUB)  # None: the Hugging Face hub
+    cache_dir: str | None = field(default=None, metadata=NOT_IN_ID)
     tokenizer: str = "word"  # "word", "wordpiece" (trained on train), "bert-base-uncased" (hub), "minilm"
     wordpiece_vocab: int = 8192
     max_len: int = 128  # tokens per pair incl. separators; longer pairs lose tokens of the longer side
