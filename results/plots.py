@@ -231,7 +231,8 @@ def plot_lm_comparison(df: pd.DataFrame, out: Path) -> Path | None:
         ax.set_xticks(mine["x"], mine["entry"], rotation=40, ha="right", fontsize=7)
         ax.set(title=panel, ylabel="perplexity (lower is better)")
         ax.title.set_fontsize(9)
-    fig.suptitle("each model at its chosen learning rate; 95% interval over seeds; % = gap to attention in the same block", fontsize=8)
+    fig.suptitle("each model at its chosen learning rate; 95% interval over seeds; % = gap to attention in the same block",
+                 fontsize=8)
     fig.tight_layout()
     return save_figure(fig, out / "wikitext2_perplexity_by_model.png", points)
 

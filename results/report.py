@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .stats import (SELECT_ON, best_over_lr, block_attention, bracket, chosen, gap_interval, mad_params, mad_runs, mad_scores, mad_totals,
+from .stats import (SELECT_ON, best_over_lr, block_attention, bracket, chosen, gap_interval, mad_params, mad_runs, mad_scores,
+                    mad_totals,
                     model_keys, published_mad_scores, read_published, shared_settings, tried_runs)
 
 # The metrics a task's table shows first; other tasks show what looks like a metric.
@@ -312,7 +313,8 @@ def _gap_to_attention(picked: pd.DataFrame, metric: str):
 
 GAP_CAPTION = ("{metric} vs attention: the geometric mean of {metric} over seeds relative to that of the "
                "attention runs of the same setting and block (norm placement, init) at attention's chosen rate (exp "
-               "of the difference in mean log {metric}, minus 1); in brackets, where both have at least 2 seeds, a 95% Welch t interval on that "
+               "of the difference in mean log {metric}, minus 1); in brackets, where both have at least 2 seeds, "
+               "a 95% Welch t interval on that "
                "difference.")
 
 

@@ -101,7 +101,18 @@ def parser() -> argparse.ArgumentParser:
                              "SWEEP, looked for here, beside the sweep file and in this checkout; else ./results)")
         return sp
 
-    run = verb("run", "run every config that has no 'ok' record yet")
+    run = _run_options(verb("run", "run every config that has no 'ok' record yet"))
+    _reading_verbs(verb)
+    _vet_verb(verbs)
+    headline = verbs.add_parser("headline", help="the reference sweeps' tables (results/reference), or rewrite "
+                                "their marked copies in a Markdown file")
+    headline.add_argument("--write", type=Path, help="rewrite the tables marked <!-- headline:NAME --> in this file")
+    p.run_verb = run  # its options are what a printed `linbench run` must repeat
+    return p
+
+
+def _run_options(run: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``linbench run``'s options: what runs and how, and the Slurm job's resources."""
     run.add_argument("--executor", choices=["local", "slurm", "debug"], default="local",
                      help="local: subprocesses on this machine; slurm: a job array; debug: in-process")
     run.add_argument("--parallel", type=_positive(int), default=1, help="local: runs at the same time (default 1)")
@@ -147,6 +158,12 @@ def parser() -> argparse.ArgumentParser:
                    help="any other sbatch option, e.g. --slurm-arg exclude=node3 (repeatable)")
     s.add_argument("--wait", action="store_true", help="block until every submitted run has a record")
 
+    return run
+
+
+def _reading_verbs(verb) -> None:
+    """The verbs that read a sweep's records or jobs: status, logs, cancel, plot, report,
+    export, sample (``verb(name, help)`` adds one with the sweep and --results-dir)."""
     status = verb("status", "each run: queued, running, partial (step, ETA), ok, failed, diverged ...; time left")
     status.add_argument("--brief", action="store_true", help="list only the runs not yet ok (then the counts)")
     status.add_argument("--all-ok", action="store_true",
@@ -177,6 +194,10 @@ def parser() -> argparse.ArgumentParser:
     sample.add_argument("--top-k", type=int, default=None, help="sample among the k likeliest tokens only")
     sample.add_argument("--seed", type=int, default=None,
                         help="the sampling seed: the same seed, the same text (default: fresh randomness)")
+
+
+def _vet_verb(verbs) -> None:
+    """``linbench vet``: a report card for one mixer."""
     vet = verbs.add_parser("vet", help="a report card for one mixer: correctness checks, then recall and cost "
                            "beside the zoo, in RESULTS_DIR/vet/MIXER/BUDGET/report.md")
     vet.add_argument("mixer", help="a registered name or an import path (my_pkg.mixers:Mine), options after "
@@ -193,11 +214,6 @@ def parser() -> argparse.ArgumentParser:
     vet.add_argument("--time", type=_minutes, help="Slurm limit per job, as for `linbench run`")
     vet.add_argument("--wait", action="store_true", help="on Slurm, wait for the runs and write the whole card "
                      "(else rerun `linbench vet` once they finish)")
-    headline = verbs.add_parser("headline", help="the reference sweeps' tables (results/reference), or rewrite "
-                                "their marked copies in a Markdown file")
-    headline.add_argument("--write", type=Path, help="rewrite the tables marked <!-- headline:NAME --> in this file")
-    p.run_verb = run  # its options are what a printed `linbench run` must repeat
-    return p
 
 
 # `linbench run` options a printed rerun leaves out: it names its own runs, and neither

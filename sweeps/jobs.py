@@ -115,22 +115,27 @@ def execute(run: RunConfig, sweep: str, results_dir: str | Path, run_fn=None, ex
             status, error = "failed", f"task returned status {status!r}; expected one of {list(STATUSES)}"
         if not w.main:
             return status  # rank 0 writes the record
-        record = {
-            "run_id": run.run_id, "sweep": sweep, "task": run.task, "label": run.label,
-            "config": run.to_dict()["config"], "mixer_revisions": mixer_revisions(run.config),
-            "status": status, "error": error, "metrics": metrics,
-            "resumed": metrics.get("resumed_from") is not None, "attempts": attempts,
-            "provenance": {**provenance(), "executor": executor, "threads": torch.get_num_threads(),
-                           "started": started, "finished": now(),
-                           "seconds_this_attempt": round(time.perf_counter() - t0, 3),
-                           **{k: metrics[k] for k in ("device", "device_name", "dtype", "backends", "chunk_sizes",
-                                                  "wall_time")
-                              if k in metrics}},
-        }
-        write_record(path, record)
+        write_record(path, _record(run, sweep, status, error, metrics, attempts, executor, started, t0))
         if status in ("ok", "diverged"):  # finished for good: the checkpoint is dead weight
             (workdir / "checkpoint.pt").unlink(missing_ok=True)
         return status
+
+
+def _record(run: RunConfig, sweep: str, status: str, error: str | None, metrics: dict, attempts: int,
+            executor: str, started: str, t0: float) -> dict:
+    """A finished run's record: what ran, how it ended, its metrics, and where and when."""
+    return {
+        "run_id": run.run_id, "sweep": sweep, "task": run.task, "label": run.label,
+        "config": run.to_dict()["config"], "mixer_revisions": mixer_revisions(run.config),
+        "status": status, "error": error, "metrics": metrics,
+        "resumed": metrics.get("resumed_from") is not None, "attempts": attempts,
+        "provenance": {**provenance(), "executor": executor, "threads": torch.get_num_threads(),
+                       "started": started, "finished": now(),
+                       "seconds_this_attempt": round(time.perf_counter() - t0, 3),
+                       **{k: metrics[k] for k in ("device", "device_name", "dtype", "backends", "chunk_sizes",
+                                                  "wall_time")
+                          if k in metrics}},
+    }
 
 
 JOB_LOG_HINTS = {

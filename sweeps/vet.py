@@ -31,7 +31,7 @@ from tasks.engine.runs import REPO, cpu_name, provenance
 from tasks.engine.train import TrainConfig
 from tasks.mad.data import BASELINES
 from tasks.mad.task import sweep_configs
-from tasks.mqar.task import CPU_GRID, MQARConfig, grid_configs
+from tasks.mqar.task import MQARConfig
 from tasks.wikitext2 import paper_model_config, preset_config
 
 from .launch import FINAL, launch

@@ -83,7 +83,8 @@ class WikiText2Config(StrictConfig):
     variant: str = "tokens"  # "tokens" (wikitext-2-v1) or "raw" (wikitext-2-raw-v1, the paper's)
     tokenizer: str = "word"  # "word" (tokens only), "bert-base-uncased" (hub, the paper's), "wordpiece"
     wordpiece_vocab: int = 30522  # target size of a WordPiece trained here
-    data_dir: str | None = field(default=None, metadata=LOCAL_OR_HUB)  # None: the Hugging Face hub; else a folder laid out as ../shared/data
+    # None: the Hugging Face hub; else a folder laid out as ../shared/data
+    data_dir: str | None = field(default=None, metadata=LOCAL_OR_HUB)
     cache_dir: str | None = field(default=None, metadata=NOT_IN_ID)  # tokenized splits and trained tokenizers ($LINBENCH_CACHE)
     seq_len: int = 128
     epochs: float = 30

@@ -18,7 +18,7 @@ def naive_grassmann(m: Grassmann, h: torch.Tensor) -> torch.Tensor:
     B, L, D = h.shape
     r = m.r
     pairs = [(i, j) for i in range(r) for j in range(i + 1, r)]
-    I, J = torch.tensor(pairs).T
+    first, second = torch.tensor(pairs).T
     Wr, br = m.w_red.weight, m.w_red.bias
     Wp, bp = m.w_plu.weight, m.w_plu.bias
     out = torch.empty_like(h)
@@ -31,7 +31,7 @@ def naive_grassmann(m: Grassmann, h: torch.Tensor) -> torch.Tensor:
                 continue
             w = h[:, s] @ Wr.T + br
             wedge = z[:, :, None] * w[:, None, :] - w[:, :, None] * z[:, None, :]  # (B, r, r)
-            p = wedge[:, I, J]  # (B, r(r-1)/2)
+            p = wedge[:, first, second]  # (B, r(r-1)/2)
             if m.normalize:
                 norm = torch.sqrt((p * p).sum(-1, keepdim=True))
                 p = p / torch.maximum(norm, torch.full_like(norm, m.eps))

@@ -250,7 +250,9 @@ def test_zoology_findings_judge_each_claim_from_the_best_lr():
     rows += [_mqar("gated_deltanet", 128, 64, 1e-3, 0.1),
              {**_mqar("gated_deltanet", 128, 32, 1e-2, float("nan")), "run_status": "diverged"}]
     lines = zoology_findings(pd.DataFrame(rows)).splitlines()
-    assert lines[8].startswith("| gated_deltanet") and _mean_verdict(lines[8]) == "yes (d 32†); untested: d 64 recalls nothing at L 64"  # †: 0.3 at its smaller lr
+    # †: 0.3 at its smaller lr
+    assert lines[8].startswith("| gated_deltanet")
+    assert _mean_verdict(lines[8]) == "yes (d 32†); untested: d 64 recalls nothing at L 64"
     # a width that keeps its recall does not refute a loss at another: named beside it
     kept = [{**r, "accuracy": 0.9} if r["label"] == "gated_deltanet" and r["d_model"] == 64 else r for r in rows]
     lines = zoology_findings(pd.DataFrame(kept)).splitlines()
@@ -310,7 +312,8 @@ def test_gap_placement_reads_each_model_at_its_best_lr_beside_the_published_rang
     two = pd.DataFrame([run("attention", 0, 100.0), run("attention", 1, 101.0), run("attention", 0, 150.0, 2e-3),
                         run("grassmann", 0, 130.0, 2e-3), run("grassmann", 0, 124.0), run("grassmann", 1, 126.0)])
     gap, low, high = gap_interval([124.0, 126.0], [100.0, 101.0])
-    assert f"+{100 * gap:.1f} % [95 % CI {100 * low:+.1f} %, {100 * high:+.1f} %] (seeds: 2 Grassmann, 2 attention; best of 2 and 2 learning rates)" \
+    assert (f"+{100 * gap:.1f} % [95 % CI {100 * low:+.1f} %, {100 * high:+.1f} %] "
+            "(seeds: 2 Grassmann, 2 attention; best of 2 and 2 learning rates)") \
         in gap_placement(two, pub)
     assert gap_placement(one[one["mixer"] == "attention"], pub).startswith("No Grassmann-vs-attention gap")
     # read again on test on the same runs (each at the rate chosen on validation): where test

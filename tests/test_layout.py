@@ -131,3 +131,23 @@ def test_every_module_is_read(graph):
     assert {"zoo.model", "tasks.engine.train", "results.records", "sweeps.cli", "tasks.mqar.task"} <= set(graph)
     assert "tasks.engine.train" in graph["tasks.mqar.task"] and "zoo.config" in graph["zoo.model"]
     assert not any("shipped" in m for m in graph)
+
+
+MAX_FUNCTION_LINES = 60  # a function longer than a screen does several things: split it
+
+
+def long_functions(source: str) -> list[tuple[str, int]]:
+    """(name, lines) of every function or method in ``source`` over MAX_FUNCTION_LINES,
+    its signature, docstring and body counted."""
+    return [(node.name, node.end_lineno - node.lineno + 1) for node in ast.walk(ast.parse(source))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+
+
+def test_no_function_of_the_package_is_longer_than_a_screen():
+    found = {f"{path.relative_to(ROOT)}:{name}": n for layer in ("zoo", "tasks", "results", "sweeps")
+             for path in sorted((ROOT / layer).rglob("*.py")) for name, n in long_functions(path.read_text())}
+    assert not found, f"functions over {MAX_FUNCTION_LINES} lines: {found}"
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))  # the check itself: one line too many
+    assert long_functions(f"def f():\n{body}\n") == [("f", MAX_FUNCTION_LINES + 1)]
+    assert long_functions(f"def f():\n{body[:body.rindex(chr(10))]}\n") == []

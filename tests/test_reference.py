@@ -126,7 +126,8 @@ def test_headline_update_rewrites_only_the_marked_tables():
     from results.paper.headline import update
 
     text = "a\n<!-- headline:t -->\nold\n<!-- /headline -->\nb <!-- headline:u -->x<!-- /headline -->"
-    assert update(text, {"t": "new"}) == "a\n<!-- headline:t -->\nnew\n<!-- /headline -->\nb <!-- headline:u -->x<!-- /headline -->"
+    assert update(text, {"t": "new"}) == ("a\n<!-- headline:t -->\nnew\n<!-- /headline -->\n"
+                                          "b <!-- headline:u -->x<!-- /headline -->")
 
 
 @pytest.mark.parametrize("folder", REPORTS, ids=lambda p: p.name)

@@ -361,7 +361,8 @@ def test_wait_waits_for_runs_already_in_flight(tmp_path, capsys):
     argv = ["run", str(path), "--executor", "slurm", "--results-dir", str(res), "--cpus-per-task", "1", "--time", "10"]
     assert cli(argv) == 0  # submitted, not waited for
     capsys.readouterr()
-    path.write_text(WAITED.replace('"first")]', '"first"), RunConfig("toy", {"seed": 31, "train": {**train, "steps": 4}}, "second")]'))
+    second = 'RunConfig("toy", {"seed": 31, "train": {**train, "steps": 4}}, "second")'
+    path.write_text(WAITED.replace('"first")]', f'"first"), {second}]'))
     assert cli([*argv, "--wait"]) == 0  # the new one is short: it ends long before the first
     out = capsys.readouterr().out
     assert "1 in flight" in out and "waiting for 1 run(s) already in flight too" in out and "finished: 2 ok" in out

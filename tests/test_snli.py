@@ -88,7 +88,7 @@ def reference_window_features(z, mask, n_heads, window, stride):
         ps = []
         for i, j in itertools.combinations(idx, 2):
             u, v = z[b, i, h * dh:(h + 1) * dh], z[b, j, h * dh:(h + 1) * dh]
-            p = torch.stack([u[k] * v[l] - u[l] * v[k] for k in range(dh) for l in range(k + 1, dh)])
+            p = torch.stack([u[k] * v[m] - u[m] * v[k] for k in range(dh) for m in range(k + 1, dh)])
             ps.append(p / p.norm())
         if ps:
             c = len(ps[0])
@@ -392,7 +392,8 @@ def test_hypothesis_only_and_the_controls_run_and_say_what_they_read(tmp_path, m
     base = dict(setting="distilbert", tokenizer="minilm", cache_dir=str(tmp_path), budget_examples=16,
                 eval_examples=8, train=TrainConfig(batch_size=8, lr=1e-3, warmup_steps=1, device="cpu"))
     small = dict(d_model=32, d_ff=64, d_proj=16)
-    runs = {"hypothesis": SNLIConfig(backbone="minilm", inputs="hypothesis", head=HeadConfig(kind="transformer", **small), **base),
+    runs = {"hypothesis": SNLIConfig(backbone="minilm", inputs="hypothesis", head=HeadConfig(kind="transformer", **small),
+                                     **base),
             "floor": SNLIConfig(backbone="minilm-random", head=HeadConfig(kind="transformer", **small), **base),
             "probe": SNLIConfig(backbone="minilm", head=HeadConfig(kind="linear"), **base),
             "prior": SNLIConfig(backbone="minilm", head=HeadConfig(kind="prior"), **base)}
@@ -417,7 +418,7 @@ def test_the_cpu_sweep_brackets_every_head_control_and_mixer():
     runs = {(r.label, r.config.seed, r.config.train.lr): r.config for r in load_sweep("snli_cpu").runs}
     labels = [*module.HEADS, *module.MIXERS]
     for label in labels:
-        assert {lr for (l, seed, lr) in runs if l == label and seed == 0} == set(module.LRS), label
+        assert {lr for (name, seed, lr) in runs if name == label and seed == 0} == set(module.LRS), label
     counts = {k: sum(p.numel() for p in Head(HeadConfig(kind=k), 384).parameters()) for k in ("transformer", "grassmann")}
     assert abs(counts["grassmann"] / counts["transformer"] - 1) < 0.02
     heads = {label: runs[label, 0, module.LRS[0]] for label in module.HEADS}

@@ -40,7 +40,7 @@ def test_word_level_splits_have_the_official_token_counts(words):
     assert words["vocab_size"] == 33_278 and words["data_source"] == f"local:{DATA / 'wikitext-2'}"
     # Independently of the loader: whitespace tokens + one <eos> per line of the file.
     lines = (DATA / "wikitext-2" / "valid.txt").read_text(encoding="utf-8").splitlines()
-    assert sum(len(l.split()) + 1 for l in lines) == 217_646
+    assert sum(len(line.split()) + 1 for line in lines) == 217_646
     assert int((words["valid"] == words["valid"][-1]).sum()) == len(lines)  # the last token, <eos>, once a line
 
 
@@ -62,9 +62,9 @@ def test_the_shipped_vocabulary_is_read_not_trained(tmp_path):
 def test_unigram_perplexity_is_the_add_one_unigram_of_the_train_counts(words):
     train = (DATA / "wikitext-2" / "train.txt").read_text(encoding="utf-8").splitlines()
     valid = (DATA / "wikitext-2" / "valid.txt").read_text(encoding="utf-8").splitlines()[:300]
-    counts = Counter(w for l in train for w in l.split() + ["<eos>"])
+    counts = Counter(w for line in train for w in line.split() + ["<eos>"])
     n, v = sum(counts.values()), len(counts)
-    toks = [w for l in valid for w in l.split() + ["<eos>"]]
+    toks = [w for line in valid for w in line.split() + ["<eos>"]]
     ref = math.exp(-sum(math.log((counts[w] + 1) / (n + v)) for w in toks) / len(toks))
     ours = data.unigram_perplexity(words["train"], words["valid"][: len(toks)], words["vocab_size"])
     assert ours == pytest.approx(ref, rel=1e-9)
@@ -228,11 +228,11 @@ def test_the_6_layer_sweep_reads_each_model_at_its_best_lr():
     module = __import__("linbench_sweep_wikitext2_6L_cpu")
     runs = {(r.label, r.config.seed, r.config.train.lr): r.config for r in sweep.runs}
     for label in ("attention", "grassmann"):
-        assert {lr for (l, seed, lr) in runs if l == label and seed == 0} == {*module.LRS, *module.EDGE.get(label, ())}
-        assert {seed for (l, seed, lr) in runs if l == label and lr == module.BEST_LR[label]} == {0, 1, 2}
+        assert {lr for (name, seed, lr) in runs if name == label and seed == 0} == {*module.LRS, *module.EDGE.get(label, ())}
+        assert {seed for (name, seed, lr) in runs if name == label and lr == module.BEST_LR[label]} == {0, 1, 2}
     for label, check in (("grassmann gated_residual", lambda m: m.mixer_options["mixing"] == "gated_residual"),
                          ("grassmann pre-LN", lambda m: m.block == "prenorm")):
-        mine = [c for (l, *_), c in runs.items() if l == label]
+        mine = [c for (name, *_), c in runs.items() if name == label]
         assert all(check(c.model) for c in mine)
         seeded = [c for c in mine if c.train.lr == module.BEST_LR["grassmann"]]
         assert sorted(c.seed for c in seeded) == list(module.READING_SEEDS[label])
@@ -240,7 +240,7 @@ def test_the_6_layer_sweep_reads_each_model_at_its_best_lr():
     # every reading, pre-LN attention and the small-init controls get their own bracket at seed 0
     for label in module.READING_LRS:
         bracket = {*module.LRS, *module.READING_EDGE.get(label, ())}
-        assert {lr for (l, seed, lr) in runs if l == label and seed == 0} == bracket, label
+        assert {lr for (name, seed, lr) in runs if name == label and seed == 0} == bracket, label
     for label in ("attention pre-LN", "attention pre-LN small init", "grassmann pre-LN small init"):
         models = [runs[k].model for k in runs if k[0] == label]
         assert all(m.block == "prenorm" and m.init_std == (0.02 if "small" in label else None) for m in models)
@@ -268,8 +268,8 @@ def test_the_12_layer_sweep_reads_depth_in_both_blocks():
         if m.mixer == "grassmann":
             assert [o["offsets"] for o in m.layer_options] == [(o,) for o in GRASSMANN_12L_OFFSETS]
     for label in module.PRE:
-        assert {lr for (l, seed, lr) in runs if l == label and seed == 0} == set(module.LRS)
-        assert {seed for (l, seed, lr) in runs if l == label and lr == module.BEST_LR[label]} == {0, 1, 2}
+        assert {lr for (name, seed, lr) in runs if name == label and seed == 0} == set(module.LRS)
+        assert {seed for (name, seed, lr) in runs if name == label and lr == module.BEST_LR[label]} == {0, 1, 2}
     assert {("attention", 0, 1e-3), ("grassmann", 0, 1e-3)} <= set(runs) and len(sweep.runs) == 12
     params = [zoo.config_params(c.model, include_embeddings=False) for c in runs.values()]
     assert max(params) / min(params) < 1.02

@@ -632,7 +632,8 @@ def decode_targets(points: pd.DataFrame, short: int = 1024, small: tuple = (256,
             "at most attention's", f"d {large[0]:,}, batch {large[1]}: of the bandwidth limit",
             "of the arithmetic limit", f">= {fraction}"]
     return (markdown_table(head, lines, ["---", "---:", "---", "---:", "---:", "---"]) +
-            f"\n\n{met[0]} of {len(lines)} at most attention's; {met[1]} of {len(lines)} at {fraction} of the bandwidth limit or more.")
+            f"\n\n{met[0]} of {len(lines)} at most attention's; {met[1]} of {len(lines)} at {fraction} "
+            "of the bandwidth limit or more.")
 
 
 def decode_law(points: pd.DataFrame, short: int = 1024, flat: float = 1.5) -> str:

@@ -15,9 +15,11 @@ import pandas as pd
 
 from ..records import load_records, records_frame
 from ..report import mad_changes, markdown_table
-from ..stats import (at_best_lr, block_attention, bracket, gap_interval, mad_params, mad_runs, mad_scores, mad_totals, position_curves,
+from ..stats import (at_best_lr, block_attention, bracket, gap_interval, mad_params, mad_runs, mad_scores, mad_totals,
+                     position_curves,
                      published_mad_scores, read_published)
-from .findings import (decode_law, decode_targets, gap_placement, grid_bound, mad_agreement, mad_reach, mad_seeds, mqar_best, mqar_reach, point_text,
+from .findings import (decode_law, decode_targets, gap_placement, grid_bound, mad_agreement, mad_reach, mad_seeds, mqar_best,
+                       mqar_reach, point_text,
                        published_gap_rows, reading_gaps, zoology_findings)
 
 REFERENCE = Path(__file__).resolve().parents[1] / "reference"

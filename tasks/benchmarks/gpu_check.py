@@ -418,21 +418,8 @@ def main(argv=None) -> int:
         written += [args.out / "pytest_cuda.txt", args.out / "pytest_cuda.xml"]
 
     if not args.skip_parity:
-        parity = CsvLog(args.out / "parity.csv", PARITY_FIELDS)
-        run_parity(args.mixers or variants("parity"), sz.parity, device, deadline - RESERVE_S, parity)
-        n_pass = sum(r.get("pass") is True and r["status"] == "ok" for r in parity.rows)
-        n_fail = sum(r.get("pass") is False for r in parity.rows)
-        bad = sorted({r["mixer"] for r in parity.rows if r.get("pass") is False or r["status"] == "error"})
-        summary.append(f"parity: {n_pass} pass, {n_fail} fail, "
-                       + tally(parity.rows, ("no_fast_path", "error", "skipped"))
-                       + (f"; failed or broken: {', '.join(bad)}" if bad else ""))
-        # On a GPU, an installed kernel that its mixer did not take is a failure too.
-        skipped = sorted({r["mixer"] for r in parity.rows if r["status"] == "no_fast_path"
-                          and device.type == "cuda" and "is not installed" not in r["why"]})
-        if skipped:
-            summary.append(f"installed but not taken: {', '.join(skipped)}")
-        verdicts_failed |= bool(bad) or bool(skipped)
-        written.append(parity.path)
+        lines, failed, paths = _parity_stage(args, sz, device, deadline)
+        summary, verdicts_failed, written = summary + lines, verdicts_failed or failed, written + paths
 
     if not args.skip_bench:
         bench = CsvLog(args.out / "bench.csv", BENCH_FIELDS)
@@ -442,20 +429,45 @@ def main(argv=None) -> int:
         written.append(bench.path)
 
     if not args.skip_decode:
-        dparity = CsvLog(args.out / "decode_parity.csv", DECODE_PARITY_FIELDS)
-        run_decode_parity(args.mixers or variants("parity"), sz.parity, device, deadline - RESERVE_S, dparity)
-        bad = sorted({r["mixer"] for r in dparity.rows if r.get("pass") is False or r["status"] == "error"})
-        summary.append(f"decode parity: {sum(r.get('pass') is True for r in dparity.rows)} pass, "
-                       f"{sum(r.get('pass') is False for r in dparity.rows)} fail, "
-                       + tally(dparity.rows, ("error", "skipped")) + (f"; failed or broken: {', '.join(bad)}" if bad else ""))
-        verdicts_failed |= bool(bad)
-        dbench = CsvLog(args.out / "decode.csv", DECODE_FIELDS)
-        run_decode_bench(args.mixers or variants("parity"), sz, device.type, deadline - RESERVE_S, dbench)
-        summary.append("decode rows: " + tally(dbench.rows, ("ok", "oom", "timeout", "error", "skipped")))
-        written += [dparity.path, dbench.path]
+        lines, failed, paths = _decode_stage(args, sz, device, deadline)
+        summary, verdicts_failed, written = summary + lines, verdicts_failed or failed, written + paths
 
     print("\n".join(["", *summary, "wrote: " + ", ".join(str(p) for p in written if p.exists())]))
     return 1 if verdicts_failed else 0
+
+
+
+def _parity_stage(args, sz, device: torch.device, deadline: float) -> tuple[list[str], bool, list[Path]]:
+    """Each fast path against its reference on this device: the summary lines, whether a
+    verdict failed, the CSV written."""
+    parity = CsvLog(args.out / "parity.csv", PARITY_FIELDS)
+    run_parity(args.mixers or variants("parity"), sz.parity, device, deadline - RESERVE_S, parity)
+    n_pass = sum(r.get("pass") is True and r["status"] == "ok" for r in parity.rows)
+    n_fail = sum(r.get("pass") is False for r in parity.rows)
+    bad = sorted({r["mixer"] for r in parity.rows if r.get("pass") is False or r["status"] == "error"})
+    lines = [f"parity: {n_pass} pass, {n_fail} fail, " + tally(parity.rows, ("no_fast_path", "error", "skipped"))
+             + (f"; failed or broken: {', '.join(bad)}" if bad else "")]
+    # On a GPU, an installed kernel that its mixer did not take is a failure too.
+    skipped = sorted({r["mixer"] for r in parity.rows if r["status"] == "no_fast_path"
+                      and device.type == "cuda" and "is not installed" not in r["why"]})
+    if skipped:
+        lines.append(f"installed but not taken: {', '.join(skipped)}")
+    return lines, bool(bad) or bool(skipped), [parity.path]
+
+
+def _decode_stage(args, sz, device: torch.device, deadline: float) -> tuple[list[str], bool, list[Path]]:
+    """Each step form against its parallel form on this device, then the decode timings:
+    the summary lines, whether a verdict failed, the CSVs written."""
+    dparity = CsvLog(args.out / "decode_parity.csv", DECODE_PARITY_FIELDS)
+    run_decode_parity(args.mixers or variants("parity"), sz.parity, device, deadline - RESERVE_S, dparity)
+    bad = sorted({r["mixer"] for r in dparity.rows if r.get("pass") is False or r["status"] == "error"})
+    lines = [f"decode parity: {sum(r.get('pass') is True for r in dparity.rows)} pass, "
+             f"{sum(r.get('pass') is False for r in dparity.rows)} fail, "
+             + tally(dparity.rows, ("error", "skipped")) + (f"; failed or broken: {', '.join(bad)}" if bad else "")]
+    dbench = CsvLog(args.out / "decode.csv", DECODE_FIELDS)
+    run_decode_bench(args.mixers or variants("parity"), sz, device.type, deadline - RESERVE_S, dbench)
+    lines.append("decode rows: " + tally(dbench.rows, ("ok", "oom", "timeout", "error", "skipped")))
+    return lines, bool(bad), [dparity.path, dbench.path]
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ resident set (VmHWM) of the isolated child, both counted from the start of the p
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import resource
 import time
 import traceback

@@ -174,42 +174,52 @@ def _summary(runs: list[dict]) -> dict:
 def run(cfg: TrainStepConfig, progress: bool = True) -> list[dict]:
     """One row per (point, precision, mixer), points outer, attention first at each
     point and precision."""
-    device = torch.device("cpu")
     entries = cfg.entries()
     cells = [(p, prec, mixer_label(*e)) for p in cfg.points for prec in cfg.precisions for e in entries]
-    runs: dict[tuple, list[dict]] = {cell: [] for cell in cells}
     parent_threads = torch.get_num_threads()
     torch.set_num_threads(cfg.threads)  # run_point gives each child the parent's thread count
     try:
-        for rnd in range(cfg.rounds):
-            for point in cfg.points:
-                L, d, B = point
-                for prec in cfg.precisions:
-                    ref = None  # attention's median this round: entries[0]
-                    for i, (name, options) in enumerate(entries):
-                        tag = mixer_label(name, options)
-                        done = runs[point, prec, tag]
-                        if done and done[-1]["status"] != "ok":
-                            continue  # not retried: a timeout would cost its whole limit again
-                        kwargs = {"model": cfg.model(name, options, L, d).to_dict(), "batch": B, "seed": cfg.seed,
-                                  "warmup": cfg.warmup, "repeats": cfg.repeats, "profile": cfg.profile,
-                                  "precision": prec}
-                        rows, status, error = run_point(measure_step, kwargs, device=device, isolate=cfg.isolate,
-                                                        time_limit_s=cfg.time_limit_s)
-                        done.append({**rows[0], "status": "ok", "error": ""} if status == "ok"
-                                    else {"status": status, "error": error})
-                        for row in rows[1:]:  # the profile, when asked for
-                            print(f"--- L={L} d={d} B={B} {prec} {tag}\n{row['profile']}", flush=True)
-                        ms = done[-1].get("median_ms")
-                        ref = ms if i == 0 else ref
-                        if progress:
-                            cell = _cell(ms, ms / ref if ms and ref else None, status)
-                            print(f"[round {rnd + 1}/{cfg.rounds}] L={L} d={d} B={B} {prec}  "
-                                  f"{tag:<24} {cell}  {error.splitlines()[0] if error else ''}".rstrip(),
-                                  flush=True)
+        runs = _measure(cfg, entries, cells, progress)
     finally:
         torch.set_num_threads(parent_threads)
-    env = {**environment(device), "threads": cfg.threads}
+    return _rows(cfg, entries, cells, runs)
+
+
+def _measure(cfg: TrainStepConfig, entries: list, cells: list, progress: bool) -> dict[tuple, list[dict]]:
+    """Every cell's measurement in each round, in child processes: {cell: [one per round]}."""
+    runs: dict[tuple, list[dict]] = {cell: [] for cell in cells}
+    for rnd in range(cfg.rounds):
+        for point in cfg.points:
+            L, d, B = point
+            for prec in cfg.precisions:
+                ref = None  # attention's median this round: entries[0]
+                for i, (name, options) in enumerate(entries):
+                    tag = mixer_label(name, options)
+                    done = runs[point, prec, tag]
+                    if done and done[-1]["status"] != "ok":
+                        continue  # not retried: a timeout would cost its whole limit again
+                    kwargs = {"model": cfg.model(name, options, L, d).to_dict(), "batch": B, "seed": cfg.seed,
+                              "warmup": cfg.warmup, "repeats": cfg.repeats, "profile": cfg.profile,
+                              "precision": prec}
+                    rows, status, error = run_point(measure_step, kwargs, device=torch.device("cpu"),
+                                                    isolate=cfg.isolate, time_limit_s=cfg.time_limit_s)
+                    done.append({**rows[0], "status": "ok", "error": ""} if status == "ok"
+                                else {"status": status, "error": error})
+                    for row in rows[1:]:  # the profile, when asked for
+                        print(f"--- L={L} d={d} B={B} {prec} {tag}\n{row['profile']}", flush=True)
+                    ms = done[-1].get("median_ms")
+                    ref = ms if i == 0 else ref
+                    if progress:
+                        cell = _cell(ms, ms / ref if ms and ref else None, status)
+                        print(f"[round {rnd + 1}/{cfg.rounds}] L={L} d={d} B={B} {prec}  "
+                              f"{tag:<24} {cell}  {error.splitlines()[0] if error else ''}".rstrip(), flush=True)
+    return runs
+
+
+def _rows(cfg: TrainStepConfig, entries: list, cells: list, runs: dict) -> list[dict]:
+    """The CSV rows: each cell over its rounds (``_summary``), beside attention's and the
+    second reference's, with its size and useful work (``zoo.flops``)."""
+    env = {**environment(torch.device("cpu")), "threads": cfg.threads}
     out, ref_work = [], None
     for point, prec, name_label in cells:
         L, d, B = point
@@ -223,17 +233,18 @@ def run(cfg: TrainStepConfig, progress: bool = True) -> list[dict]:
             work = (flops(lm, B, L) or {}).get("fwd_bwd")  # the useful work, zoo.flops' conventions
         if name_label == mixer_label(*entries[0]):
             ref_work = work
+        ms = s["median_ms"]
         out.append({
             "seq_len": L, "d_model": d, "batch": B, "tokens": B * L, "label": name_label,
             "mixer": name, "mixer_options": json.dumps(options, sort_keys=True), "backend": s["backend"],
-            "chunk_size": s["chunk_size"], "params": params, "median_ms": s["median_ms"], "p20_ms": s["p20_ms"], "p80_ms": s["p80_ms"],
-            "ratio": s["median_ms"] / ref if s["median_ms"] is not None and ref is not None else None,
+            "chunk_size": s["chunk_size"], "params": params, "median_ms": ms, "p20_ms": s["p20_ms"],
+            "p80_ms": s["p80_ms"], "ratio": ms / ref if ms is not None and ref is not None else None,
             "against": mixer_label(*cfg.against) if cfg.against else "",
-            "ratio_against": s["median_ms"] / ref2 if s["median_ms"] is not None and ref2 else None,
+            "ratio_against": ms / ref2 if ms is not None and ref2 else None,
             # the ratio the work alone would give: the step's FLOPs over attention's
             "gflop_per_step": work / 1e9 if work else None,
             "flop_ratio": work / ref_work if work and ref_work else None,
-            "gflop_s": work / 1e9 / (s["median_ms"] / 1e3) if work and s["median_ms"] else None,
+            "gflop_s": work / 1e9 / (ms / 1e3) if work and ms else None,
             "faults_per_step": s["faults_per_step"], "mean_faults_per_step": s["mean_faults_per_step"],
             "malloc_tuned": s["malloc_tuned"],
             "status": s["status"], "error": s["error"], "seed": cfg.seed, "warmup": cfg.warmup,

@@ -283,7 +283,7 @@ def wikitext2_text(variant: str = "tokens", tokenizer: str = "word", data_dir: s
         raise ValueError("tokenizer='word' needs variant='tokens' (word-level Wikitext-2)")
     lines, source = wikitext_lines(variant, data_dir)
     if tokenizer != "word":  # word-level text marks rare words <unk>: make it the subword [UNK]
-        lines = {s: [l.replace("<unk>", "[UNK]") for l in ls] for s, ls in lines.items()}
+        lines = {s: [line.replace("<unk>", "[UNK]") for line in ls] for s, ls in lines.items()}
     word_level_train = variant == "tokens" or data_dir is not None
     tok = make_tokenizer(tokenizer, lines["train"], cache_dir, wordpiece_vocab,
                          f"the {'word-level ' if word_level_train else 'raw '}train split",
@@ -350,7 +350,7 @@ def read_tsv(path: Path) -> dict:
 
 def read_jsonl(path: Path) -> dict:
     with open(local_file(path), encoding="utf-8") as f:
-        rows = [json.loads(l) for l in f if l.strip()]
+        rows = [json.loads(line) for line in f if line.strip()]
     rows = [r for r in rows if r["gold_label"] in SNLI_LABELS]  # "-": no annotator majority
     return {"premise": [r["sentence1"] for r in rows], "hypothesis": [r["sentence2"] for r in rows],
             "label": [SNLI_LABELS[r["gold_label"]] for r in rows]}

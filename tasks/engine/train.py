@@ -55,7 +55,8 @@ class TrainConfig(StrictConfig):
     grad_clip: float = 1.0  # 0 disables clipping
     eval_every: int = 100
     checkpoint_every: int = field(default=0, metadata=id_as(lambda v: {"checkpoint_every": 0}))  # steps; 0: off; hashed as 0
-    checkpoint_minutes: float = field(default=5.0, metadata=NOT_IN_ID)  # minutes of training between checkpoints; 0: off (signals always save)
+    # minutes of training between checkpoints; 0: off (signals always save)
+    checkpoint_minutes: float = field(default=5.0, metadata=NOT_IN_ID)
     log_every_s: float = field(default=30.0, metadata=NOT_IN_ID)  # seconds between progress.json beats and log lines
     target: float | None = None  # stop once the eval metric reaches it
     device: str = "auto"  # "auto" (cuda when available), "cpu", "cuda"
@@ -259,6 +260,62 @@ def _step(net: nn.Module, opt: torch.optim.Optimizer, cfg: TrainConfig, batch: t
     return loss
 
 
+def _place(cfg: TrainConfig) -> tuple[torch.device, parallel.World]:
+    """The device this process trains on (its rank's GPU in a multi-process job) and the
+    process group it belongs to."""
+    device = cfg.resolve_device()
+    w = parallel.init_from_env(device.type)
+    if device.type == "cuda" and w.size > 1:
+        device = torch.device("cuda", torch.cuda.current_device())  # this rank's GPU
+    return device, w
+
+
+def _save_due(cfg: TrainConfig, res: TrainResult, last_save: float) -> bool:
+    """Whether this step saves: every ``checkpoint_every`` steps, or ``checkpoint_minutes`` after the last save."""
+    return bool((cfg.checkpoint_every and res.steps % cfg.checkpoint_every == 0)
+                or (cfg.checkpoint_minutes and time.monotonic() - last_save >= 60 * cfg.checkpoint_minutes))
+
+
+def _interrupted(res: TrainResult, beats, bar, flag) -> None:
+    """A signal stops the run after its checkpoint: said in the heartbeat, then passed on."""
+    res.status = "interrupted"  # stays so only if the signal is ignored
+    beats.finish("interrupted")
+    bar.close()
+    if flag.caught is not None:
+        flag.forward_signal()  # usually does not return
+
+
+def _log_step(res: TrainResult, cfg: TrainConfig, step: int, loss: float, tokens_per_step: int | None,
+              t_step: float) -> float:
+    """The step's loss, rate and tokens/s to the tracker; returns the time it was logged."""
+    now = time.perf_counter()
+    tracking.log(res.steps, {"train/loss": loss, "train/lr": cfg.lr_at(step),
+                             "train/tokens_per_s": (tokens_per_step or 0) / max(now - t_step, 1e-9)})
+    return now
+
+
+def _evaluate_and_log(model: nn.Module, res: TrainResult, cfg: TrainConfig, eval_fn, metric: str, better,
+                      autocast: bool, device: torch.device, main: bool, bar) -> None:
+    """An evaluation (``_evaluate``), sent to the tracker, and the early stop at ``cfg.target``."""
+    value = _evaluate(model, res, eval_fn, metric, better, autocast, device)
+    if main and tracking.active():
+        tracking.log(res.steps, {f"eval/{k}": v for k, v in res.history[-1].items() if k != "step"})
+        if hasattr(model, "backends"):
+            tracking.text("backends", json.dumps(model.backends()), res.steps)
+        tracking.flush()
+    res.stopped_early = cfg.target is not None and value is not None and not better(cfg.target, value)
+    if res.best is not None:
+        bar.set_postfix(loss=f"{res.final_loss:.4f}", best=f"{res.best:.4g}")
+
+
+def _save(ckpt: Path, model: nn.Module, opt, res: TrainResult, device: torch.device, main: bool, beats) -> None:
+    """A checkpoint: every rank takes part in the snapshot (a collective), rank 0 writes it."""
+    snapshot = _snapshot(model, opt, res, device)
+    if main:
+        save_atomic(ckpt, snapshot)
+        beats.saved()
+
+
 def train(model: nn.Module, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
           loss_fn: Callable[[nn.Module, tuple], torch.Tensor],
           eval_fn: Callable[[nn.Module], dict] | None = None, metric: str = "loss",
@@ -269,20 +326,16 @@ def train(model: nn.Module, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
     Progress goes to ``progress.json`` beside the checkpoint and, when the bar is off or
     stderr is no terminal, to stdout as plain lines (tokens/s when ``tokens_per_step`` is known)."""
     tune_malloc()  # a step's large temporaries keep their pages (engine.allocator)
-    device = cfg.resolve_device()
-    w = parallel.init_from_env(device.type)
-    if device.type == "cuda" and w.size > 1:
-        device = torch.device("cuda", torch.cuda.current_device())  # this rank's GPU
+    device, w = _place(cfg)
     micro = cfg.micro_batch(w.size)
     model.to(device)
-    no_decay = no_decay_names(model)
+    no_decay = no_decay_names(model)  # before the wrap: FSDP2 replaces the parameters
     net = parallel.wrap(model, cfg.strategy, device)  # what the steps call: the model, DDP or FSDP2
     opt = _optimizer(model, cfg, no_decay)
     ckpt = Path(checkpoint) if checkpoint else None
     res = _resume(ckpt, model, opt, device)
     better = (lambda a, b: a > b) if higher_is_better else (lambda a, b: a < b)
-    autocast = cfg.bf16(device)
-    progress = progress and w.main
+    autocast, progress = cfg.bf16(device), progress and w.main
 
     start = time.perf_counter() - res.wall_time
     model.train()
@@ -301,43 +354,23 @@ def train(model: nn.Module, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
                 break
             res.steps, res.final_loss = step + 1, loss
             if w.main and tracking.active():
-                now = time.perf_counter()
-                tracking.log(res.steps, {"train/loss": loss, "train/lr": cfg.lr_at(step),
-                                         "train/tokens_per_s": (tokens_per_step or 0) / max(now - t_step, 1e-9)})
-                t_step = now
+                t_step = _log_step(res, cfg, step, loss, tokens_per_step, t_step)
             bar.update(1)
             bar.set_postfix(loss=f"{res.final_loss:.4f}", refresh=False)
             if res.steps % cfg.eval_every == 0 or res.steps == cfg.steps:
-                value = _evaluate(model, res, eval_fn, metric, better, autocast, device)
-                if w.main and tracking.active():
-                    tracking.log(res.steps, {f"eval/{k}": v for k, v in res.history[-1].items() if k != "step"})
-                    if hasattr(model, "backends"):
-                        tracking.text("backends", json.dumps(model.backends()), res.steps)
-                    tracking.flush()
-                res.stopped_early = cfg.target is not None and value is not None and not better(cfg.target, value)
-                if res.best is not None:
-                    bar.set_postfix(loss=f"{res.final_loss:.4f}", best=f"{res.best:.4g}")
+                _evaluate_and_log(model, res, cfg, eval_fn, metric, better, autocast, device, w.main, bar)
             res.wall_time = time.perf_counter() - start
-            periodic = ((cfg.checkpoint_every and res.steps % cfg.checkpoint_every == 0)
-                        or (cfg.checkpoint_minutes and time.monotonic() - last_save >= 60 * cfg.checkpoint_minutes))
             # every rank saves (a collective) and stops at the same step, whichever rank's
             # clock or signal came first
-            periodic, caught = parallel.any_rank([bool(periodic), flag.caught is not None], device)
+            periodic, caught = parallel.any_rank([_save_due(cfg, res, last_save), flag.caught is not None], device)
             if ckpt is not None and (periodic or caught):
-                snapshot = _snapshot(model, opt, res, device)
-                if w.main:
-                    save_atomic(ckpt, snapshot)
-                    beats.saved()
+                _save(ckpt, model, opt, res, device, w.main, beats)
                 last_save = time.monotonic()
             if beats.due():
                 beats.beat()
                 tracking.flush()
             if caught:
-                res.status = "interrupted"  # stays so only if the signal is ignored
-                beats.finish("interrupted")
-                bar.close()
-                if flag.caught is not None:
-                    flag.forward_signal()  # usually does not return
+                _interrupted(res, beats, bar, flag)
                 break
     bar.close()
     res.wall_time = time.perf_counter() - start

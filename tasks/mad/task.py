@@ -49,7 +49,7 @@ from ..engine.data import cached_examples, epoch_indices
 from ..engine.losses import labelled_batches, labelled_lm_loss, lm_loss
 from ..engine.runs import checkpoint_path, model_metadata, refuse_non_causal, run_fields, score_best
 from ..engine.train import TrainConfig, train
-from .data import BASELINES, GENERATOR_VERSION, IGNORE, check, generate
+from .data import BASELINES, GENERATOR_VERSION, check, generate
 
 
 @dataclass
@@ -63,7 +63,8 @@ class MADConfig(StrictConfig):
     # MAD: AdamW, lr 5e-4 (swept with weight decay), cosine; its 200 epochs are a GPU's budget
     train: TrainConfig = field(default_factory=lambda: TrainConfig(
         steps=1000, batch_size=128, lr=5e-4, weight_decay=0.0, warmup_steps=0, min_lr_ratio=0.0, eval_every=250))
-    cache_dir: str | None = field(default=None, metadata=NOT_IN_ID)  # the cache root (tasks.engine.data.cache_root); the data goes to its mad/
+    # the cache root (tasks.engine.data.cache_root); the data goes to its mad/
+    cache_dir: str | None = field(default=None, metadata=NOT_IN_ID)
     eval_batch_size: int = 128  # MAD's test batches (its training batch): its accuracy is per batch
     # 0: MAD's protocol, every evaluation on test and the one of lowest perplexity reported.
     # > 0: that many fresh examples from a third seed stream pick the checkpoint (lowest

@@ -56,7 +56,8 @@ class MQARConfig(StrictConfig):
     num_val_examples: int = field(default=0, metadata=WHEN_SET)
     power_a: float = 0.01
     random_non_queries: bool = True  # fill the unused slots with random tokens (else 0)
-    cache_dir: str | None = field(default=None, metadata=NOT_IN_ID)  # the cache root (tasks.engine.data.cache_root); the data goes to its mqar/
+    # the cache root (tasks.engine.data.cache_root); the data goes to its mqar/
+    cache_dir: str | None = field(default=None, metadata=NOT_IN_ID)
     eval_batch_size: int = 256
 
     def __post_init__(self):

@@ -38,7 +38,8 @@ import zoo
 from zoo.config import NOT_IN_ID, StrictConfig, check_bounds, check_choice
 
 from ..engine.cli import add_run_arguments, run_from_cli
-from ..engine.data import LOCAL_OR_HUB, SPECIALS, cache_root, cached, epoch_indices, fingerprint, make_tokenizer, need, snli_splits
+from ..engine.data import (LOCAL_OR_HUB, SPECIALS, cache_root, cached, epoch_indices, fingerprint, make_tokenizer, need,
+                           snli_splits)
 from ..engine.runs import checkpoint_path, model_metadata, refuse_non_causal, run_fields, score_best
 from ..engine.train import TrainConfig, train
 from ..published import published_rows
@@ -216,26 +217,12 @@ class FeatureClassifier(nn.Module):
         return self.head(feats, mask)
 
 
-def run(cfg: SNLIConfig, workdir: Path | None = None, progress: bool = True) -> dict:
-    splits, about = snli_splits(cfg.data_dir)
-    train_text = splits["train"]["premise"] + splits["train"]["hypothesis"]
-    if cfg.tokenizer == "minilm":
-        backbone = features.minilm(random_init=cfg.backbone == "minilm-random")
-        tok = features.minilm_tokenizer(backbone)
-    else:
-        tok = make_tokenizer(cfg.tokenizer, train_text, cfg.cache_dir, cfg.wordpiece_vocab, "the SNLI train split",
-                             specials=SPECIALS, unk="[UNK]", lowercase=True, name="word (SNLI train split)")
-    if cfg.inputs == "hypothesis":  # after the vocabulary, so that it is the pair runs' own
-        splits = {s: {**d, "premise": [""] * len(d["premise"])} for s, d in splits.items()}
-    with_cls = cfg.setting == "distilbert"
-    key = fingerprint("snli", splits, tok.name, tok.vocab_size, cfg.max_len, with_cls)
-    data = cached(cache_root(cfg.cache_dir) / f"snli-{key}.pt", lambda: {
-        s: encode_pairs(tok, splits[s], cfg.max_len, with_cls) for s in splits})
-    labels = {s: splits[s]["label"] for s in splits}
-    limit = {s: cfg.eval_examples or len(labels[s]) for s in ("valid", "test")}
-    pad_id = tok.token_to_id("[PAD]")
-    collate = {s: id_batches(data[s][0], pad_id) for s in splits}
-
+def _classifier(cfg: SNLIConfig, tok, backbone, splits: dict, data: dict, labels: dict, limit: dict,
+                collate: dict, pad_id: int) -> tuple[nn.Module, dict, zoo.LM | None]:
+    """The model a run trains, what its record says it is, and the zoo LM inside it (the
+    scratch setting; else None). Over the minilm backbone the splits' ``collate`` become
+    the cached features' batches (in place): the head trains on those, never on ids."""
+    lm = None
     if cfg.setting == "scratch":
         lm = zoo.build_model(cfg.model.replace(vocab_size=tok.vocab_size), seed=cfg.seed)
         refuse_non_causal(lm, "snli")  # last-token pooling is only sound if no token sees its successors
@@ -268,6 +255,31 @@ def run(cfg: SNLIConfig, workdir: Path | None = None, progress: bool = True) -> 
         what = {"mixer": {"transformer": "attention"}.get(cfg.head.kind, cfg.head.kind),
                 "head": cfg.head.kind, "backbone": cfg.backbone if cfg.backbone != "random" else
                 f"random DistilBERT {cfg.backbone_options}", "params": sum(p.numel() for p in model.parameters())}
+    return model, what, lm
+
+
+def run(cfg: SNLIConfig, workdir: Path | None = None, progress: bool = True) -> dict:
+    splits, about = snli_splits(cfg.data_dir)
+    train_text = splits["train"]["premise"] + splits["train"]["hypothesis"]
+    backbone = None  # the minilm encoder's files, when the run reads it
+    if cfg.tokenizer == "minilm":
+        backbone = features.minilm(random_init=cfg.backbone == "minilm-random")
+        tok = features.minilm_tokenizer(backbone)
+    else:
+        tok = make_tokenizer(cfg.tokenizer, train_text, cfg.cache_dir, cfg.wordpiece_vocab, "the SNLI train split",
+                             specials=SPECIALS, unk="[UNK]", lowercase=True, name="word (SNLI train split)")
+    if cfg.inputs == "hypothesis":  # after the vocabulary, so that it is the pair runs' own
+        splits = {s: {**d, "premise": [""] * len(d["premise"])} for s, d in splits.items()}
+    with_cls = cfg.setting == "distilbert"
+    key = fingerprint("snli", splits, tok.name, tok.vocab_size, cfg.max_len, with_cls)
+    data = cached(cache_root(cfg.cache_dir) / f"snli-{key}.pt", lambda: {
+        s: encode_pairs(tok, splits[s], cfg.max_len, with_cls) for s in splits})
+    labels = {s: splits[s]["label"] for s in splits}
+    limit = {s: cfg.eval_examples or len(labels[s]) for s in ("valid", "test")}
+    pad_id = tok.token_to_id("[PAD]")
+    collate = {s: id_batches(data[s][0], pad_id) for s in splits}
+
+    model, what, lm = _classifier(cfg, tok, backbone, splits, data, labels, limit, collate, pad_id)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
 
     B, n_train = cfg.train.batch_size, len(labels["train"])
@@ -339,7 +351,8 @@ def main(argv=None) -> dict:
     add_run_arguments(ap)
     args = ap.parse_args(argv)
     cfg = SNLIConfig(seed=args.seed, setting=args.setting, data_dir=args.data_dir, cache_dir=args.cache_dir,
-                     tokenizer=args.tokenizer or ("minilm" if args.backbone.startswith("minilm") else "word"), model=paper_model_config(args.mixer, "paper-6L"), pool=args.pool,
+                     tokenizer=args.tokenizer or ("minilm" if args.backbone.startswith("minilm") else "word"),
+                     model=paper_model_config(args.mixer, "paper-6L"), pool=args.pool,
                      backbone=args.backbone, head=HeadConfig(kind=args.head), budget_examples=args.budget_examples,
                      eval_examples=args.eval_examples, inputs=args.inputs)
     return run_from_cli(cfg, args, run, beside_published)

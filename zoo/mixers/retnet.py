@@ -26,7 +26,6 @@ Choices:
 """
 from __future__ import annotations
 
-import functools
 
 import torch
 import torch.nn as nn

@@ -10,9 +10,9 @@ backward), else as W shifted multiply-adds with a written-out backward. On one C
 at (64, 256, 384), width 4, with a SiLU after it, forward plus backward took 77 ms by the
 shifted sums, against 104 ms for the same sums through autograd and 172 ms for conv1d,
 whose depthwise backward is slow. The kernel takes the SiLU inside (``activation="silu"``,
-as causal-conv1d's CUDA function does) and reads a slice of a wider projection in place. Off the CPU it is not measured, so ``causal_conv1d``
-runs the reference there (cuDNN), where the Mamba blocks' fused kernels do not call
-causal-conv1d's own.
+as causal-conv1d's CUDA function does) and reads a slice of a wider projection in place.
+Off the CPU it is not measured, so ``causal_conv1d`` runs the reference there (cuDNN), where
+the Mamba blocks' fused kernels do not call causal-conv1d's own.
 """
 from __future__ import annotations
 

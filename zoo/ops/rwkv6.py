@@ -17,7 +17,8 @@ cumulative log decay, b_{-1} = 0) and S0 the state entering the chunk. Unrolling
         + (q_t . (u * k_t)) v_t                                          bonus
     S_C = diag(exp(b_{C-1})) S0 + sum_s (k_s * exp(b_{C-1} - b_s))^T v_s
 
-The intra-chunk scores are one matmul. With a reference r per chunk and channel, exp(b_{t-1} - b_s) = exp(b_{t-1} - r) * exp(r - b_s), so
+The intra-chunk scores are one matmul. With a reference r per chunk and channel,
+exp(b_{t-1} - b_s) = exp(b_{t-1} - r) * exp(r - b_s), so
 
     A[t, s] = (q_t * exp(b_{t-1} - r)) . (k_s * exp(r - b_s))          for s < t.
 
