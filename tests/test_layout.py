@@ -151,3 +151,18 @@ def test_no_function_of_the_package_is_longer_than_a_screen():
     body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))  # the check itself: one line too many
     assert long_functions(f"def f():\n{body}\n") == [("f", MAX_FUNCTION_LINES + 1)]
     assert long_functions(f"def f():\n{body[:body.rindex(chr(10))]}\n") == []
+
+
+def test_every_package_is_found_for_an_install():
+    """pyproject.toml finds the packages: a new folder of Python under a layer (say
+    tasks/yours/) is installed without a line there; the sweep files and the vocabulary
+    travel as package data."""
+    import tomllib
+
+    from setuptools import find_namespace_packages
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = set(find_namespace_packages(where=str(ROOT), **setup["packages"]["find"]))
+    holding_python = {".".join(p.parent.relative_to(ROOT).parts) for layer in ("zoo", "tasks", "results", "sweeps")
+                      for p in (ROOT / layer).rglob("*.py")}
+    assert found == holding_python - {"sweeps.shipped"}
+    assert setup["package-data"]["sweeps"] == ["shipped/*.py"] and "vocab/*.json" in setup["package-data"]["tasks.engine"]
