@@ -103,8 +103,8 @@ def cached_examples(cache_dir: str | None, task: str, split: str, key: dict, mak
         return {"inputs": inputs.int(), "targets": targets.int(), "key": key}
     data = cached(path, build)
     if data.keys() != {"inputs", "targets", "key"} or data["key"] != key:
-        # A file of an older layout (MQAR's once held "labels") under the same hash, or
-        # another key's: the data are a function of the key, so build it again.
+        # A file of another layout or another key under the same hash: the data are a
+        # function of the key, so build it again.
         path.unlink(missing_ok=True)
         data = cached(path, build)
     return data["inputs"].long(), data["targets"].long()

@@ -67,10 +67,9 @@ class Mixer(nn.Module):
     # Where the fast path comes from, for docs/zoo.md's table and the records.
     fast_path: str = "none (pure PyTorch)"
 
-    # Bumped when a change alters what an unchanged config of this mixer computes (the
-    # Grassmann mixer's 2: it returns the update of its blend, no longer the blend). A
-    # run's id carries every revision past 1 (sweeps.spec.make_run_id), so a record of
-    # an earlier revision is never taken for this one's.
+    # Bumped when a change alters what an unchanged config of this mixer computes. A run's
+    # id carries every revision past 1 (sweeps.spec.make_run_id), so a record of an
+    # earlier revision is never taken for this one's (CHANGELOG.md lists the revisions).
     revision: int = 1
 
     # Whether a block of this mixer has an MLP when ModelConfig.d_ff is left unset

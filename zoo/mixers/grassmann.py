@@ -19,11 +19,7 @@ Like every mixer, this one returns its update, ``(1 - a) * (g - h)``, and the bl
 h back: the paper's post-LN block h = LN(blend(h)); h = LN(h + FFN(h)) is then exactly
 the zoo's post-LN block LN(h + mixer(h)), with dropout on the update alone, as every
 public reproduction places it (kanenorman's LN(x + drop(gate * g)), the others'
-h + drop(...)). Before ``revision`` 2 the mixer returned the blend itself and the block
-applied dropout to it, so in training dropout hit the whole residual stream of every
-layer, and the pre-LN block added a second, normalised copy of the stream
-(x + a * LN(x) + ...); records of that form are kept apart in
-results/reference/superseded/.
+h + drop(...)). ``revision`` 2 is this form (CHANGELOG.md says what revision 1 did).
 
 Readings, each an explicit option:
 * ``pairing``: the paper writes the pair as (z_t, z_{t+Δ}) while calling the model
