@@ -141,13 +141,14 @@ def _committed_runs():
                 yield run.task, json.loads(record.read_text())["config"], run.run_id
 
 
-def test_a_committed_record_hashes_to_its_run_id_and_a_new_field_moves_none(monkeypatch):
+def test_a_committed_record_hashes_to_its_run_id_and_a_new_field_moves_none(monkeypatch, tmp_path):
     """Identity rules live on the fields (zoo.config's NOT_IN_ID, WHEN_SET, id_as): every
     committed record's config hashes to its file's id, and a field added with WHEN_SET
     moves none of them; added without it, it moves every one of its task."""
     import dataclasses as dc
 
     from zoo.config import WHEN_SET
+    monkeypatch.setenv("LINBENCH_DATA", str(tmp_path))  # any folder: an id records local data, not where
     runs = list(_committed_runs())
     assert len(runs) > 400 and {t for t, _, _ in runs} >= {"wikitext2", "mqar", "mad", "decode"}
     for task, config, run_id in runs:
