@@ -4,6 +4,8 @@ output and the final state, in float64 to rounding and float32 closely; the give
 never written; a gradient, another dtype or torch_only() runs the reference."""
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -11,6 +13,7 @@ from zoo.ops import recurrent_step
 from zoo.ops.delta_rule import delta_recurrent_backend, gated_delta_rule_recurrent, gated_delta_rule_ref
 from zoo.ops.fastpath import torch_only
 from zoo.ops.gla import gla_recurrent, gla_ref
+from zoo.ops.retention import retention_recurrent, retention_ref
 from zoo.ops.rwkv6 import recurrent_backend, rwkv6_recurrent, rwkv6_scan_ref
 
 pytestmark = pytest.mark.skipif(not recurrent_step.step_kernel_runs(torch.zeros(1)),
@@ -81,6 +84,25 @@ def test_delta_rule_equals_its_reference(dtype, L):
               gated_delta_rule_ref(q, k, v, g, beta, None, S0, True), dtype)
         check(gated_delta_rule_recurrent(q, k, v, g, beta, 0.5, None, True),
               gated_delta_rule_ref(q, k, v, g, beta, 0.5, None, True), dtype)
+    assert torch.equal(S0, kept)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("L", [1, 3])
+@pytest.mark.parametrize("kernels", [True, False])
+def test_retention_form_equals_its_reference(dtype, L, kernels):
+    """Retention on the kernel's GLA form (log gamma as a fixed log decay), and with the
+    kernels off on the reference given the decays it would otherwise compute."""
+    q, k, v, _, _, S0 = inputs(L, dtype, "heads")
+    log_gamma = -torch.rand(H, dtype=torch.float32)  # float32, as RetNet holds it
+    kept = S0.clone()
+    gamma = log_gamma.double().exp().to(torch.promote_types(dtype, torch.float32))
+    with torch.no_grad(), (contextlib.nullcontext() if kernels else torch_only()):
+        got = retention_recurrent(q, k, v, log_gamma, None, S0, True, gamma=None if kernels else gamma)
+        none = retention_recurrent(q, k, v, log_gamma, 0.5, None, False)
+    want = retention_ref(q, k, v, log_gamma, None, S0, True)
+    check(got, want, dtype)
+    check(none, retention_ref(q, k, v, log_gamma, 0.5, None, False), dtype)
     assert torch.equal(S0, kept)
 
 

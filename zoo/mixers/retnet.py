@@ -26,13 +26,14 @@ Choices:
 """
 from __future__ import annotations
 
+import math
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..ops.retention import retention, retention_as_rwkv6
-from ..ops.rwkv6 import recurrent_backend, rwkv6_backend, rwkv6_recurrent
+from ..ops.retention import retention, retention_recurrent
+from ..ops.rwkv6 import recurrent_backend, rwkv6_backend
 from .base import Mixer, check_chunk_size, check_divisible, check_positive, chunked_linear_attention_flops
 
 
@@ -69,11 +70,20 @@ class RetNet(Mixer):
         self.g_proj = nn.Linear(D, Dv, bias=False)
         self.out_proj = nn.Linear(Dv, D, bias=False)
         self.group_norm = nn.GroupNorm(n_heads, Dv)
+        h = torch.linspace(0, 4, n_heads, dtype=torch.float32, device="cpu")  # also when built on meta
+        self._log_gamma = torch.log1p(-(2.0 ** (-5 - h))).tolist()
+        self._gamma = [math.exp(g) for g in self._log_gamma]  # in double: a float64 model's exp
 
     def log_gamma(self, device) -> torch.Tensor:
-        # computed, not stored: a bf16 buffer would round 1 - 1/512 visibly
-        h = torch.linspace(0, 4, self.n_heads, device=device, dtype=torch.float32)
-        return torch.log1p(-(2.0 ** (-5 - h)))  # (H,)
+        """(H,) float32 log decays. Kept as Python floats, not a buffer: a bf16 buffer would
+        round 1 - 1/512 visibly, and a compiled step would recompute the log1p and exp2 at
+        every state element (inductor inlines them into the loops that read them)."""
+        return torch.tensor(self._log_gamma, device=device, dtype=torch.float32)
+
+    def gamma(self, x: torch.Tensor) -> torch.Tensor:
+        """(H,) decays exp(log_gamma) in x's precision (float32 at least), held as Python
+        floats for the same reason."""
+        return torch.tensor(self._gamma, device=x.device, dtype=torch.promote_types(x.dtype, torch.float32))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._retain(x, None, 0)[0]
@@ -109,7 +119,7 @@ class RetNet(Mixer):
         # the default scale K^-0.5 is torchscale's key scaling
         args = (q, k, v, self.log_gamma(x.device))
         if recurrent:
-            y, S = retention_as_rwkv6(*args, initial_state=S0, output_final_state=True, scan=rwkv6_recurrent)
+            y, S = retention_recurrent(*args, initial_state=S0, output_final_state=True, gamma=self.gamma(x))
         else:
             y, S = self.chunked(retention, *args, initial_state=S0, output_final_state=S0 is not None, length=L)
         y = self.group_norm(y.transpose(1, 2).reshape(B * L, -1)).view(B, L, -1)

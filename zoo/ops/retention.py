@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 
 from .chunks import chunk_plan, own_precision, split_chunks
-from .rwkv6 import rwkv6_backend, rwkv6_scan
+from .recurrent_step import decay_step, step_kernel_runs
+from .rwkv6 import FUSED_RECURRENT_RWKV6, rwkv6_backend, rwkv6_recurrent, rwkv6_scan
 
 def retention(q, k, v, log_gamma, scale=None, initial_state=None, output_final_state=False,
               chunk_size=64):
@@ -19,6 +20,24 @@ def retention(q, k, v, log_gamma, scale=None, initial_state=None, output_final_s
         return retention_as_rwkv6(q, k, v, log_gamma, scale, initial_state, output_final_state)
     return retention_chunked(q, k, v, log_gamma, scale, initial_state, output_final_state,
                              chunk_size)
+
+
+def retention_recurrent(q, k, v, log_gamma, scale=None, initial_state=None, output_final_state=False,
+                        chunk_size=None, gamma=None):
+    """Retention token by token, for a decode step's few tokens; same arguments and returns
+    as ``retention`` (``chunk_size`` unused). On CUDA fla's ``fused_recurrent_rwkv6`` through
+    ``retention_as_rwkv6``. On CPU the fused step where it runs: retention is GLA's
+    recurrence (the state read after the update) with the same decay at every token, so
+    the kernel takes log gamma as GLA's log decay directly. Else ``retention_ref``.
+    ``gamma``: exp(log_gamma), where the caller holds it, for ``retention_ref``."""
+    if FUSED_RECURRENT_RWKV6.usable(q):
+        return retention_as_rwkv6(q, k, v, log_gamma, scale, initial_state, output_final_state, scan=rwkv6_recurrent)
+    B, H, L, K = q.shape
+    w = log_gamma.to(q.dtype).view(1, H, 1, 1).expand(B, H, L, K)
+    if step_kernel_runs(q, k, v, w, initial_state):
+        o, S = decay_step(q, k, v, w, None, initial_state, scale, True)
+        return o, (S if output_final_state else None)
+    return retention_ref(q, k, v, log_gamma, scale, initial_state, output_final_state, gamma=gamma)
 
 
 def retention_as_rwkv6(q, k, v, log_gamma, scale=None, initial_state=None,
@@ -84,14 +103,16 @@ def retention_chunked(q, k, v, log_gamma, scale=None, initial_state=None,
 
 
 @own_precision
-def retention_ref(q, k, v, log_gamma, scale=None, initial_state=None, output_final_state=False):
+def retention_ref(q, k, v, log_gamma, scale=None, initial_state=None, output_final_state=False, gamma=None):
     """Retention one step at a time (the readable reference for ``retention``, same
-    arguments and returns less ``chunk_size``): S_t = gamma S_{t-1} + k_t^T v_t, o_t = scale q_t S_t."""
+    arguments and returns less ``chunk_size``): S_t = gamma S_{t-1} + k_t^T v_t, o_t = scale q_t S_t.
+    ``gamma``: exp(log_gamma) where the caller holds it (H,): compiled, the exp would be
+    recomputed at every state element."""
     B, H, L, K = q.shape
     scale = K ** -0.5 if scale is None else scale
     out_dtype, acc = v.dtype, torch.promote_types(v.dtype, torch.float32)
     q, k, v = (t.to(acc) for t in (q, k, v))
-    gamma = log_gamma.to(acc).exp()[:, None, None]  # (H, 1, 1)
+    gamma = (log_gamma.to(acc).exp() if gamma is None else gamma.to(acc))[:, None, None]  # (H, 1, 1)
     S = q.new_zeros(B, H, K, v.shape[-1]) if initial_state is None else initial_state.to(acc)
     outs = []
     for t in range(L):  # read after the update, unlike RWKV-6
