@@ -204,9 +204,14 @@ def test_the_targets_table_reads_each_fixed_state_mixer_against_attention_and_it
                          "state_bytes": state or c, "bandwidth_fraction": 1.0, "compute_fraction": 0.1})
             rows.append({"label": label, "d_model": 1024, "batch": 16, "context": c, "ms_per_token": 1.0,
                          "state_bytes": state or c, "bandwidth_fraction": 0.6 if label == "gla" else 0.3,
-                         "compute_fraction": 0.9})
+                         "compute_fraction": 0.4 if label == "gla" else 0.45})
     text = decode_targets(pd.DataFrame(rows))
-    assert "| gla | 0.100 ms, 0.50x | yes | 0.60 | 0.90 | yes |" in text
-    assert "| retnet | 0.300 ms, 1.50x | no | 0.30 | 0.90 | no |" in text
+    assert "| gla | 0.100 ms, 0.50x | yes | 0.60 | 0.40 | 0.60 | yes |" in text
+    assert "| retnet | 0.300 ms, 1.50x | no | 0.30 | 0.45 | 0.45 | no |" in text
     assert "attention |" not in text  # the control is the yardstick, not a row
-    assert text.endswith("1 of 2 at most attention's; 1 of 2 at 0.5 of the bandwidth limit or more.")
+    assert text.endswith("1 of 2 at most attention's; 1 of 2 at 0.5 of the tighter limit or more "
+                         "(1 of 2 at 0.5 of the bandwidth limit alone).")
+    rows = [{**r, "compute_fraction": 0.7} if r["batch"] == 16 and r["label"] == "retnet" else r for r in rows]
+    text = decode_targets(pd.DataFrame(rows))  # arithmetic-bound: the tighter limit is the arithmetic one
+    assert "| retnet | 0.300 ms, 1.50x | no | 0.30 | 0.70 | 0.70 | yes |" in text
+    assert text.endswith("2 of 2 at 0.5 of the tighter limit or more (1 of 2 at 0.5 of the bandwidth limit alone).")
