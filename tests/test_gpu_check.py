@@ -247,8 +247,11 @@ def test_end_to_end_on_cpu(tmp_path, monkeypatch, capsys):
     assert all(r["status"] == "ok" and r["pass"] == "True" for r in dparity), dparity
     assert {r["backend_step"] for r in dparity} >= {"sdpa", "torch_step", "plucker_step"}
     dec = read(tmp_path / "decode.csv")
-    assert list(dec[0]) == g.DECODE_FIELDS and len(dec) == len(zoo.MIXERS) * 2
+    assert list(dec[0]) == g.DECODE_FIELDS and len(dec) == len(zoo.MIXERS) * 2 * len(g.DECODE_IMPLS)
     assert {r["status"] for r in dec} == {"ok"} and {r["context"] for r in dec} == {"0", "64"}
+    # each fixed-state mixer's step ran eager and graphed; attention's growing cache stays eager
+    ran = {(r["label"], r["step_impl"]) for r in dec}
+    assert ("gla", "graphed") in ran and ("gla", "eager") in ran and ("attention", "graphed") not in ran
     assert f"decode parity: {len(zoo.MIXERS)} pass, 0 fail, 0 error, 0 skipped" in out
     assert f"decode rows: {len(dec)} ok, 0 oom, 0 timeout, 0 error, 0 skipped" in out
 

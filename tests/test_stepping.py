@@ -1,6 +1,6 @@
 """The compiled decode steps (zoo.stepping) compute what the mixer's own step computes:
 prefill a prompt, then step with each, in float64, for every fixed-state mixer; a KV
-cache (whose shape grows) is never compiled; "auto" keeps one of the three forms; the
+cache (whose shape grows) is never compiled; "auto" keeps one of the three CPU forms; the
 compiled form calls the fused CPU kernels and "compiled_torch" does not."""
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def test_the_fixed_state_mixers_are_the_recurrent_ones_and_the_window():
     assert "attention" not in FIXED and {"mamba", "mamba2", "gla", "grassmann", "sliding_window"} <= set(FIXED)
 
 
-@pytest.mark.parametrize("impl", ["compiled", "compiled_torch"])
+@pytest.mark.parametrize("impl", ["compiled", "compiled_torch", "graphed"])
 @pytest.mark.parametrize("name", FIXED)
 def test_the_compiled_step_equals_the_eager_one_in_float64(name, impl):
     torch.manual_seed(0)
@@ -74,3 +74,37 @@ def test_compiled_keeps_the_fused_kernel_in_its_graph_and_compiled_torch_leaves_
         counts[impl] = calls.count(recurrent_step.STEP_CPP)
         calls.clear()
     assert counts["eager"] >= 5 and counts["compiled"] >= 5 and counts["compiled_torch"] == 0, counts
+
+
+def test_graphed_hands_back_copies_of_the_buffers_a_replay_reuses(monkeypatch):
+    """A CUDA graph writes every replay's outputs into the same buffers. Stood in for by a
+    compile that does so on a CPU: two branches stepped from one state still see their own
+    values, because the graphed step returns copies."""
+    real = torch.compile
+
+    def replaying(fn, mode=None, **kw):
+        if mode != "reduce-overhead":
+            return real(fn, **kw)
+        buffers = {}
+
+        def replay(x, state):
+            y, new = fn(x, state)
+            out = buffers.setdefault("out", (torch.empty_like(y), {k: torch.empty_like(v) for k, v in new.items()}))
+            out[0].copy_(y)
+            for k, v in new.items():
+                out[1][k].copy_(v)
+            return out
+        return replay
+
+    monkeypatch.setattr(torch, "compile", replaying)
+    torch.manual_seed(0)
+    m = mixer_class("gla")(D).eval()
+    with torch.no_grad():
+        _, state = m.prefill(torch.randn(1, 5, D), m.init_state(1))
+        x1, x2 = torch.randn(2, 1, D)
+        want1, want2 = m.step(x1, state), m.step(x2, state)
+        fast_steps(m, batch=1, impl="graphed")
+        got1, got2 = m.step(x1, state), m.step(x2, state)
+    for got, want in ((got1, want1), (got2, want2)):
+        torch.testing.assert_close(got[0], want[0])
+        torch.testing.assert_close(got[1]["S"], want[1]["S"])

@@ -17,6 +17,13 @@ around the kernels) and "compiled_torch" (compiled with every CPU kernel off, in
 loops in their place). "auto" times the three on a state after a short context and keeps
 the fastest, as the training paths choose theirs (zoo.ops.fastpath.fastest).
 
+On CUDA a step's small kernels are bound by their launches, not by the GPU; "graphed"
+compiles the step with CUDA graphs (torch.compile's "reduce-overhead": one graph replay a
+step, as mamba_ssm's ``cg=True`` decoding), and "auto" times it beside the other three
+there. A replay reuses the graph's output buffers, so the graphed step hands back copies
+of its outputs: a state stays a value that two branches may step from. On a CPU the same
+mode compiles without graphs; it is there so that the tests run its code.
+
 Only mixers whose state does not grow (``state_size`` the same at 4k and 8k tokens) are
 compiled: a KV cache changes shape every block of tokens, and each shape would be a new
 compilation. A mixer whose compilation fails keeps its eager step.
@@ -29,7 +36,7 @@ import torch.nn as nn
 from .mixers.base import Mixer
 from .ops.fastpath import fastest, torch_only
 
-STEP_IMPLS = ("eager", "compiled", "compiled_torch", "auto")
+STEP_IMPLS = ("eager", "compiled", "compiled_torch", "graphed", "auto")
 
 
 def fixed_state(mixer: Mixer) -> bool:
@@ -37,31 +44,55 @@ def fixed_state(mixer: Mixer) -> bool:
     return mixer.state_size(4096) == mixer.state_size(8192)
 
 
+def step_forms(m: Mixer) -> dict:
+    """The forms a fixed-state mixer's step can take, by name (see the module doc)."""
+    m.__dict__.pop("step", None)  # back to the class's step
+    # dynamic=None: a value that changes from step to step (RetNet's position, a window
+    # filling up) is made symbolic after its first change instead of compiled again each time
+    compiled = torch.compile(m.step, dynamic=None)
+    replayed = torch.compile(m.step, dynamic=None, mode="reduce-overhead")
+
+    def compiled_torch(x, state):
+        with torch_only():  # traced and run with the kernels off: a graph of its own
+            return compiled(x, state)
+
+    def graphed(x, state):
+        torch.compiler.cudagraph_mark_step_begin()  # the previous replay's outputs are given up ...
+        y, new = replayed(x, state)
+        return y.clone(), _copied(new)  # ... because the caller holds copies of them
+
+    return {"eager": m.step, "compiled": compiled, "compiled_torch": compiled_torch, "graphed": graphed}
+
+
+def _copied(state):
+    if torch.is_tensor(state):
+        return state.clone()
+    if isinstance(state, dict):
+        return {k: _copied(v) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(_copied(v) for v in state)
+    return state
+
+
 def fast_steps(module: nn.Module, batch: int, impl: str = "auto", context: int = 16) -> dict[str, str]:
     """Give every fixed-state mixer in ``module`` (a mixer or an LM) the step ``impl`` says
-    (one of STEP_IMPLS; "auto": the fastest over a state after ``context`` tokens). The step
-    is set on the instance, so an LM's ``step`` takes it through its blocks. Returns
-    {module path: the form chosen}."""
+    (one of STEP_IMPLS; "auto": the fastest over a state after ``context`` tokens, of
+    eager, compiled and compiled_torch, and graphed on CUDA). The step is set on the
+    instance, so an LM's ``step`` takes it through its blocks. Returns {module path: the
+    form chosen}."""
     if impl not in STEP_IMPLS:
         raise ValueError(f"step_impl={impl!r} is not valid; choose one of {list(STEP_IMPLS)}")
     chosen = {}
     for path, m in module.named_modules():
         if not (isinstance(m, Mixer) and m.has_step_form() and fixed_state(m)):
             continue
-        m.__dict__.pop("step", None)  # back to the class's step
-        # dynamic=None: a value that changes from step to step (RetNet's position, a window
-        # filling up) is made symbolic after its first change instead of compiled again each time
-        compiled = torch.compile(m.step, dynamic=None)
-
-        def compiled_torch(x, state, compiled=compiled):
-            with torch_only():  # traced and run with the kernels off: a graph of its own
-                return compiled(x, state)
-
-        forms = {"eager": m.step, "compiled": compiled, "compiled_torch": compiled_torch}
+        forms = step_forms(m)
+        p = next(m.parameters(), torch.empty(0))  # a mixer without weights: CPU, float32
         if impl != "auto":
             name = impl
         else:
-            p = next(m.parameters(), torch.empty(0))  # a mixer without weights: CPU, float32
+            if p.device.type != "cuda":
+                forms.pop("graphed")
             with torch.inference_mode():
                 _, state = m.prefill(torch.randn(batch, context, m.d_model, device=p.device, dtype=p.dtype),
                                      m.init_state(batch))

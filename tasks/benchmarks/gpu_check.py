@@ -12,7 +12,10 @@ Everything goes under DIR, row by row as it finishes (a run cut short keeps its 
   bench.csv                tasks.benchmarks.scaling points in bf16 (fwd, fwd_bwd) until the budget ends
   decode_parity.csv        per mixer: its step form (prefill a quarter, step the rest) against
                            the parallel form, both in bf16, and both against an fp32 forward
-  decode.csv               tasks.benchmarks.decode points in bf16, batch 1, after contexts up to 64k
+  decode.csv               tasks.benchmarks.decode points in bf16, batch 1, after contexts up to 64k,
+                           each mixer's step eager and under CUDA graphs (``step_impl``
+                           "graphed": one replay a token, as mamba_ssm's cg=True decoding),
+                           so that the launch cost shows as the gap between its two rows
 
 Parity is FlashAttention's test rule. With a the fp32 torch-path result, b the fast path
 under bf16 autocast and c the torch path under the same autocast, the fast path passes
@@ -71,7 +74,8 @@ PARITY_FIELDS = ["mixer", "tensor", "status", "backend_fast", "backend_torch", "
 DECODE_PARITY_FIELDS = ["mixer", "status", "backend_step", "err_step", "err_parallel", "ratio", "pass", "why"]
 DECODE_FIELDS = ["label", "d_model", "dtype", "context", "batch", "status", "prefill_ms", "ms_per_token",
                  "mean_ms_per_token", "max_ms", "tokens_per_s", "state_mb_per_seq", "state_write_bytes",
-                 "decode_mem_mb", "bandwidth_fraction", "backend", "error"]
+                 "decode_mem_mb", "bandwidth_fraction", "backend", "step_impl", "error"]
+DECODE_IMPLS = ("eager", "graphed")  # launch-bound, and one graph replay a token (zoo.stepping)
 BENCH_FIELDS = ["label", "d_model", "dtype", "seq_len", "batch", "tokens", "pass", "status",
                 "median_ms", "p20_ms", "p80_ms", "repeats", "tokens_per_s", "peak_mem_mb",
                 "flops_per_s", "backend", "error"]
@@ -269,28 +273,37 @@ def run_decode_parity(todo, size, device, deadline: float, log: CsvLog) -> None:
 
 def run_decode_bench(todo, sz: Sizes, device: str, deadline: float, log: CsvLog) -> None:
     """Every mixer through tasks.benchmarks.decode at the smaller width, batch 1, bf16 (fp32
-    on CPU), in this process; a mixer's longer contexts are skipped after an oom or timeout."""
-    dtype = "bfloat16" if device == "cuda" else "float32"
-    d = sz.d_models[0]
+    on CPU), in this process, once per step form of DECODE_IMPLS; a mixer's longer contexts
+    are skipped after an oom or timeout."""
     for mixer, options in todo:
-        name, remaining = mixer_label(mixer, options), deadline - time.monotonic()
-        if remaining <= 0:
-            points = [{"context": c, "batch": 1, "status": "skipped", "error": "time budget spent"}
-                      for c in sz.contexts]
-        else:
-            try:
-                cfg = decode.DecodeConfig(mixer=mixer, mixer_options=options, label=name, d_model=d,
-                                          contexts=sz.contexts, device=device, dtype=dtype,
-                                          new_tokens=sz.repeats * 4, warmup=sz.warmup, isolate=False,
-                                          time_limit_s=min(POINT_LIMIT_S, remaining), bandwidth_mb=64)
-                points = decode.run(cfg, progress=False)["points"]
-            except Exception as err:
-                points = [{"context": c, "batch": 1, "status": "error", "error": f"{type(err).__name__}: {err}"}
-                          for c in sz.contexts]
-        log.add([{"label": name, "d_model": d, "dtype": dtype, **p} for p in points])
-        print(f"decode {name} d={d}: " + ", ".join(
-            f"{p['context']}: {p['ms_per_token']:.3g} ms" if p["status"] == "ok" else f"{p['context']}: {p['status']}"
-            for p in points), flush=True)
+        for impl in DECODE_IMPLS:
+            points = decode_points(mixer, options, impl, sz, device, deadline)
+            log.add([{"label": mixer_label(mixer, options), "d_model": sz.d_models[0], "dtype": _decode_dtype(device),
+                      "step_impl": impl, **p} for p in points])
+            print(f"decode {mixer_label(mixer, options)} d={sz.d_models[0]} {impl}: " + ", ".join(
+                f"{p['context']}: {p['ms_per_token']:.3g} ms" if p["status"] == "ok" else f"{p['context']}: {p['status']}"
+                for p in points), flush=True)
+
+
+def _decode_dtype(device: str) -> str:
+    return "bfloat16" if device == "cuda" else "float32"
+
+
+def decode_points(mixer: str, options: dict, impl: str, sz: Sizes, device: str, deadline: float) -> list[dict]:
+    """One mixer's decode points with step form ``impl``; a failure is a row per context."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        return [{"context": c, "batch": 1, "status": "skipped", "error": "time budget spent"} for c in sz.contexts]
+    try:
+        cfg = decode.DecodeConfig(mixer=mixer, mixer_options=options, label=mixer_label(mixer, options),
+                                  d_model=sz.d_models[0], contexts=sz.contexts, device=device,
+                                  dtype=_decode_dtype(device), new_tokens=sz.repeats * 4, warmup=sz.warmup,
+                                  isolate=False, time_limit_s=min(POINT_LIMIT_S, remaining), bandwidth_mb=64,
+                                  step_impl=impl)
+        return decode.run(cfg, progress=False)["points"]
+    except Exception as err:
+        return [{"context": c, "batch": 1, "status": "error", "error": f"{type(err).__name__}: {err}"}
+                for c in sz.contexts]
 
 
 # ---------------------------------------------------------------------- benchmark
