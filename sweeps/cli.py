@@ -10,6 +10,8 @@
     linbench export smoke                               # results/smoke/runs.csv: a row per run
     linbench sample smoke attention --prompt "The game"  # text from a finished LM run's weights
     linbench headline --write docs/results.md           # the reference sweeps' tables, rewritten in place
+
+and the single-run tools (sweeps.tools): ``linbench task``, ``bench``, ``mixers``, ``gpu-check``.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ from .launch import FINAL, launch, plan
 from .ledger import cancel, flights, in_flight, never_starts, read_ledger, sent_with
 from .slurm import describe, gpu_problem
 from .spec import SweepError, check_inputs, load_sweep
+from .tools import TOOLS, add_tool_verbs, run_tool
 from .views import ago, distinguishing, only, ordered, outcome, time_left
 
 
@@ -107,6 +110,7 @@ def parser() -> argparse.ArgumentParser:
     headline = verbs.add_parser("headline", help="the reference sweeps' tables (results/reference), or rewrite "
                                 "their marked copies in a Markdown file")
     headline.add_argument("--write", type=Path, help="rewrite the tables marked <!-- headline:NAME --> in this file")
+    add_tool_verbs(verbs)
     p.run_verb = run  # its options are what a printed `linbench run` must repeat
     return p
 
@@ -616,9 +620,13 @@ def check_results_dir(path: str, write: bool) -> None:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    tool = argv[0] if argv and argv[0] in TOOLS else None  # its own command line reads the rest
     p = parser()
-    args = p.parse_args(argv)
+    args = None if tool else p.parse_args(argv)
     try:
+        if tool:
+            return run_tool(tool, argv[1:])
         if args.verb == "headline":
             return cmd_headline(args)
         if args.verb == "vet":

@@ -1,4 +1,5 @@
 """The skeleton every task shares (tasks.engine) and the generic task CLI (python -m tasks)."""
+import importlib
 import json
 import re
 
@@ -56,3 +57,23 @@ def test_any_task_runs_from_the_generic_cli(tmp_path, capsys):
         task_cli(["mqar", "--set", "train.stepz=3"])
     err = capsys.readouterr().err
     assert re.search(r"unknown field.*'stepz'.*valid fields.*'steps'", err) and "Traceback" not in err
+
+
+def test_the_tools_run_under_linbench_as_under_python_m(tmp_path, capsys):
+    """One command surface: each single-run tool is a linbench verb that hands its words,
+    options included, to the module's own command line."""
+    from sweeps.cli import main as linbench
+    from sweeps.tools import TOOLS
+    assert linbench(["mixers", "--d-model", "32"]) == 0
+    assert "| gla |" in capsys.readouterr().out
+    out = tmp_path / "record.json"
+    linbench(["task", "mqar", "--device", "cpu", "--out", str(out), "--set", "train.steps=2",
+              "--set", "num_train_examples=32", "--set", "num_test_examples=8", "--set", f"cache_dir={tmp_path}"])
+    assert json.loads(out.read_text())["steps"] == 2
+    assert linbench(["bench"]) == 2 and "name one of scaling, decode" in capsys.readouterr().out
+    with pytest.raises(SystemExit):  # the tool's own help, which exits 0
+        linbench(["bench", "decode", "--help"])
+    assert "--new-tokens" in capsys.readouterr().out
+    for tools in TOOLS.values():  # every module named is a command line
+        for module, _ in tools.values():
+            assert callable(importlib.import_module(module).main)
