@@ -139,6 +139,7 @@ def test_the_command_reader_reads_continuations_chains_and_comments(tmp_path):
 def test_the_linbench_commands_of_the_pages_run(tmp_path, monkeypatch, capsys):
     from sweeps import cli
     from sweeps.cli import main, parser
+    from sweeps.tools import TOOLS
 
     results = tmp_path / "results"
     monkeypatch.chdir(tmp_path)  # a relative --out lands here, not in the checkout
@@ -147,6 +148,15 @@ def test_the_linbench_commands_of_the_pages_run(tmp_path, monkeypatch, capsys):
     for command in (c for c in COMMANDS if c[0] == "linbench"):
         argv = list(command[1:])
         verb = argv[0]
+        if verb in TOOLS:  # a tool's own command line: its --help must know every option the page uses
+            with pytest.raises(SystemExit) as done:
+                main([*argv, "--help"])
+            text = capsys.readouterr().out
+            unknown = sorted({w.split("=")[0] for w in argv if w.startswith("--")} - {"--help"})
+            unknown = [option for option in unknown if not re.search(rf"{re.escape(option)}\b", text)]
+            assert done.value.code == 0 and not unknown, f"{' '.join(command)}: options not in its help {unknown}"
+            ran.append(verb)
+            continue
         # the sweeps it reads: `plot` takes more after the first, up to its options
         sweeps = [argv[1], *(itertools.takewhile(lambda w: not w.startswith("-"), argv[2:]) if verb == "plot" else ())]
         try:
@@ -166,7 +176,7 @@ def test_the_linbench_commands_of_the_pages_run(tmp_path, monkeypatch, capsys):
         out = capsys.readouterr()
         assert code == 0, f"{' '.join(command)}: exit {code}\n{out.err[-2000:]}"
         ran.append(verb)
-    assert {"run", "status", "report", "plot"} <= set(ran)
+    assert {"run", "status", "report", "plot", "bench"} <= set(ran)
 
 
 # runs each [module, *args] as `python -m` would, and prints [[exit code, output], ...]
