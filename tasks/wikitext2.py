@@ -31,7 +31,8 @@ from zoo.config import NOT_IN_ID, WHEN_SET, StrictConfig, check_bounds, check_ch
 
 
 from .engine.cli import add_run_arguments, run_from_cli
-from .engine.data import LOCAL_OR_HUB, load_wikitext2, unigram_perplexity, wikitext2_text
+from .engine.sources import LOCAL_OR_HUB
+from .engine.wikitext import load_wikitext2, unigram_perplexity, wikitext2_text
 from .engine.lm import Chunks, fit_lm
 from .engine.runs import load_weights, refuse_non_causal
 from .engine.train import TrainConfig

@@ -13,7 +13,7 @@ import torch
 import zoo
 from tasks.corpus import CorpusConfig, run
 from tasks.engine.corpus import documents, load_corpus, split_documents
-from tasks.engine.data import DataUnavailable
+from tasks.engine.sources import DataUnavailable
 from tasks.engine.train import TrainConfig
 
 WORDS = "the a river city stone light north early music field green water small king old".split()

@@ -147,7 +147,7 @@ def test_grids_are_valid_configs():
 
 
 def test_batches_are_a_pure_function_of_the_step():
-    from tasks.engine.data import epoch_indices as batch_sampler
+    from tasks.engine.batches import epoch_indices as batch_sampler
 
     pick = batch_sampler(n=10, batch_size=4, seed=3)
     seq = torch.cat([pick(s) for s in range(5)])  # 20 = two epochs of 10; batch 2 straddles them

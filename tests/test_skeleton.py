@@ -8,7 +8,7 @@ import torch
 
 import zoo
 from tasks.__main__ import main as task_cli
-from tasks.engine.data import epoch_indices
+from tasks.engine.batches import epoch_indices
 from tasks.engine.runs import checkpoint_path, refuse_non_causal, run_fields, score_best
 from tasks.engine.train import TrainConfig, TrainResult
 

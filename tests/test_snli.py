@@ -13,7 +13,8 @@ import torch
 
 import zoo
 from tasks import TASKS
-from tasks.engine import data
+from tasks.engine import sources, tokenizers
+from tasks.snli import data
 from tasks.snli import features
 from tasks.snli.task import (EncoderClassifier, FrozenFeatures, LMClassifier, SNLIConfig, beside_published,
                         encode_pairs, pad, run)
@@ -34,7 +35,7 @@ def splits():
 @pytest.fixture(scope="module")
 def words(splits):
     train = splits[0]["train"]
-    return data.Words.build(train["premise"] + train["hypothesis"], specials=data.SPECIALS, unk="[UNK]",
+    return tokenizers.Words.build(train["premise"] + train["hypothesis"], specials=tokenizers.SPECIALS, unk="[UNK]",
                             lowercase=True)
 
 
@@ -50,7 +51,7 @@ def test_local_splits_have_the_official_counts_and_say_what_they_are(splits):
 
 
 def test_pairs_are_encoded_and_trimmed_longest_side_first():
-    tok = data.Words.build(["a b c d e f", "x y"], specials=data.SPECIALS, unk="[UNK]", lowercase=True)
+    tok = tokenizers.Words.build(["a b c d e f", "x y"], specials=tokenizers.SPECIALS, unk="[UNK]", lowercase=True)
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     a, b, c, x, y = (tok.token_to_id(w) for w in "abcxy")
     pair = {"premise": ["A b c"], "hypothesis": ["x y"]}
@@ -218,7 +219,7 @@ def test_config_and_hub_errors(monkeypatch):
         raise ConnectionError("no route to the hub")
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
-    with pytest.raises(data.DataUnavailable, match="--data-dir"):
+    with pytest.raises(sources.DataUnavailable, match="--data-dir"):
         data.snli_splits(None)
     rows = {"premise": ["p1", "p2"], "hypothesis": ["h1", "h2"], "label": [2, -1]}
     monkeypatch.setattr(datasets, "load_dataset", lambda name, config, split: rows)

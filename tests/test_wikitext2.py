@@ -13,7 +13,8 @@ import torch
 
 import zoo
 from tasks import TASKS
-from tasks.engine import data
+from tasks.engine import sources, tokenizers, wikitext
+from tasks.engine.cache import cached
 from tasks.engine.train import TrainConfig
 from tasks.published import published_rows
 from tasks.engine.lm import Chunks, train_batches
@@ -31,7 +32,7 @@ def cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def words(cache):
-    return data.load_wikitext2("tokens", "word", str(DATA), cache)
+    return wikitext.load_wikitext2("tokens", "word", str(DATA), cache)
 
 
 @needs_data
@@ -51,8 +52,8 @@ def test_the_shipped_vocabulary_is_read_not_trained(tmp_path):
     tokenizes the training split into the same 2,473,110 ids."""
     import hashlib
 
-    corpus = data.load_wikitext2("tokens", "wordpiece", str(DATA), str(tmp_path), 8192)
-    shipped = data.SHIPPED_VOCAB / "wordpiece-8192-f3da25d1e3eda5d0.json"
+    corpus = wikitext.load_wikitext2("tokens", "wordpiece", str(DATA), str(tmp_path), 8192)
+    shipped = tokenizers.SHIPPED_VOCAB / "wordpiece-8192-f3da25d1e3eda5d0.json"
     assert (tmp_path / shipped.name).read_bytes() == shipped.read_bytes()
     assert corpus["tokenizer"].endswith(f"file sha256 {hashlib.sha256(shipped.read_bytes()).hexdigest()[:12]})")
     assert len(corpus["train"]) == 2_473_110 and corpus["vocab_size"] == 8192
@@ -66,9 +67,9 @@ def test_unigram_perplexity_is_the_add_one_unigram_of_the_train_counts(words):
     n, v = sum(counts.values()), len(counts)
     toks = [w for line in valid for w in line.split() + ["<eos>"]]
     ref = math.exp(-sum(math.log((counts[w] + 1) / (n + v)) for w in toks) / len(toks))
-    ours = data.unigram_perplexity(words["train"], words["valid"][: len(toks)], words["vocab_size"])
+    ours = wikitext.unigram_perplexity(words["train"], words["valid"][: len(toks)], words["vocab_size"])
     assert ours == pytest.approx(ref, rel=1e-9)
-    assert 900 < data.unigram_perplexity(words["train"], words["valid"], words["vocab_size"]) < 1000
+    assert 900 < wikitext.unigram_perplexity(words["train"], words["valid"], words["vocab_size"]) < 1000
 
 
 def test_chunks_are_contiguous_and_epochs_visit_every_chunk_once():
@@ -157,12 +158,12 @@ def test_no_silent_fallback_from_the_hub(monkeypatch, tmp_path):
         raise ConnectionError("no route to the hub")
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
-    with pytest.raises(data.DataUnavailable, match="--data-dir"):
-        data.load_wikitext2("tokens", "word", data_dir=None, cache_dir=str(tmp_path))
+    with pytest.raises(sources.DataUnavailable, match="--data-dir"):
+        wikitext.load_wikitext2("tokens", "word", data_dir=None, cache_dir=str(tmp_path))
     # Reachable hub (faked): rows are the files' lines, and the record says "hub".
     rows = {"train": [" a b \n", "", " b c \n"], "validation": [" a \n"], "test": [" c d \n"]}
     monkeypatch.setattr(datasets, "load_dataset", lambda name, config, split: {"text": rows[split]})
-    hub = data.load_wikitext2("tokens", "word", data_dir=None, cache_dir=str(tmp_path))
+    hub = wikitext.load_wikitext2("tokens", "word", data_dir=None, cache_dir=str(tmp_path))
     assert hub["data_source"] == "hub:Salesforce/wikitext/wikitext-2-v1"
     assert [len(hub[s]) for s in ("train", "valid", "test")] == [3 + 1 + 3, 2, 3]  # "d" is <unk>
 
@@ -174,8 +175,8 @@ def test_hub_tokenizer_failure_is_an_error(monkeypatch):
         raise OSError("cannot reach the hub")
 
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", offline)
-    with pytest.raises(data.DataUnavailable, match="tokenizer='wordpiece'"):
-        data.hub_wordpiece("bert-base-uncased")
+    with pytest.raises(sources.DataUnavailable, match="tokenizer='wordpiece'"):
+        tokenizers.hub_wordpiece("bert-base-uncased")
 
 
 def test_our_numbers_print_beside_the_published_ones():
@@ -196,7 +197,7 @@ def _build_once(path: str, log: str, queue) -> None:
         import time
         time.sleep(0.5)  # long enough for the other process to miss the cache too
         return {"pid": os.getpid()}
-    queue.put(data.cached(Path(path), build))
+    queue.put(cached(Path(path), build))
 
 
 def test_concurrent_cache_misses_build_once_and_share_the_result(tmp_path):

@@ -22,7 +22,9 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from .data import DataUnavailable, Subword, build_once, cache_root, fingerprint, need, trained_wordpiece
+from .cache import build_once, cache_root, fingerprint
+from .sources import DataUnavailable, need
+from .tokenizers import Subword, trained_wordpiece
 
 SUFFIXES = (".txt", ".jsonl", ".parquet")
 BATCH_DOCS = 512  # documents tokenized per call

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 import zoo
 from zoo.flops import flops
 
-from .data import epoch_indices
+from .batches import epoch_indices
 from .losses import lm_loss
 from .runs import checkpoint_path, model_metadata, run_fields, save_weights, score_best
 from .train import TrainConfig, TrainResult, train

@@ -45,7 +45,8 @@ import zoo
 from zoo.config import NOT_IN_ID, WHEN_SET, StrictConfig, check_bounds, check_choice
 from zoo.model import ModelConfig, positions_for
 
-from ..engine.data import cached_examples, epoch_indices
+from ..engine.batches import epoch_indices
+from ..engine.cache import cached_examples
 from ..engine.losses import labelled_batches, labelled_lm_loss, lm_loss
 from ..engine.runs import checkpoint_path, model_metadata, refuse_non_causal, run_fields, score_best
 from ..engine.train import TrainConfig, train
@@ -63,7 +64,7 @@ class MADConfig(StrictConfig):
     # MAD: AdamW, lr 5e-4 (swept with weight decay), cosine; its 200 epochs are a GPU's budget
     train: TrainConfig = field(default_factory=lambda: TrainConfig(
         steps=1000, batch_size=128, lr=5e-4, weight_decay=0.0, warmup_steps=0, min_lr_ratio=0.0, eval_every=250))
-    # the cache root (tasks.engine.data.cache_root); the data goes to its mad/
+    # the cache root (tasks.engine.cache.cache_root); the data goes to its mad/
     cache_dir: str | None = field(default=None, metadata=NOT_IN_ID)
     eval_batch_size: int = 128  # MAD's test batches (its training batch): its accuracy is per batch
     # 0: MAD's protocol, every evaluation on test and the one of lowest perplexity reported.

@@ -29,7 +29,8 @@ import zoo
 from zoo.config import NOT_IN_ID, WHEN_SET, StrictConfig, check_bounds
 from zoo.model import ModelConfig, positions_for
 
-from ..engine.data import cached_examples, epoch_indices
+from ..engine.batches import epoch_indices
+from ..engine.cache import cached_examples
 from ..engine.losses import labelled_accuracy, labelled_lm_loss
 from ..engine.runs import checkpoint_path, model_metadata, refuse_non_causal, run_fields, score_best
 from ..engine.train import TrainConfig, train
@@ -56,7 +57,7 @@ class MQARConfig(StrictConfig):
     num_val_examples: int = field(default=0, metadata=WHEN_SET)
     power_a: float = 0.01
     random_non_queries: bool = True  # fill the unused slots with random tokens (else 0)
-    # the cache root (tasks.engine.data.cache_root); the data goes to its mqar/
+    # the cache root (tasks.engine.cache.cache_root); the data goes to its mqar/
     cache_dir: str | None = field(default=None, metadata=NOT_IN_ID)
     eval_batch_size: int = 256
 

