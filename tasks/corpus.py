@@ -2,7 +2,7 @@
 
 The corpus is a Hugging Face dataset by name (``hf:NAME[:CONFIG][@SPLIT]``, streamed) or
 local .txt / .jsonl / .parquet files, tokenized once by a named tokenizer into cached,
-memory-mapped token ids (tasks.engine.corpus). Training, evaluation (validation perplexity,
+memory-mapped token ids (tasks.engine.documents). Training, evaluation (validation perplexity,
 test perplexity at the best validation weights) and the record are those of the
 Wikitext-2 task (tasks.engine.lm), so the two compare field by field:
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import zoo
 from zoo.config import NOT_IN_ID, StrictConfig, check_bounds
 
-from .engine.corpus import check_source, load_corpus
+from .engine.documents import check_source, load_corpus
 from .engine.lm import fit_lm
 from .engine.runs import refuse_non_causal
 from .engine.train import TrainConfig

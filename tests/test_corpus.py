@@ -1,4 +1,4 @@
-"""Language modelling on any corpus (tasks.corpus, tasks.engine.corpus): local .txt, .jsonl
+"""Language modelling on any corpus (tasks.corpus, tasks.engine.documents): local .txt, .jsonl
 and .parquet files read as documents, validation and test held out by a fixed rule or read
 from their own files, tokenized once into a cached memory map, and trained with Wikitext-2's
 recipe into a record with Wikitext-2's fields."""
@@ -12,7 +12,7 @@ import torch
 
 import zoo
 from tasks.corpus import CorpusConfig, run
-from tasks.engine.corpus import documents, load_corpus, split_documents
+from tasks.engine.documents import documents, load_corpus, split_documents
 from tasks.engine.sources import DataUnavailable
 from tasks.engine.train import TrainConfig
 

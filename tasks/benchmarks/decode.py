@@ -62,7 +62,7 @@ from zoo.config import WHEN_SET, check_bounds, check_choice
 from ..engine.cli import emit_points, format_table, parse_mixers
 from ..engine.allocator import tune_malloc
 from ..engine.runs import environment
-from .scaling import MixerBench, build, module_backend
+from .bench import MixerBench, build, module_backend
 from .timing import measure, run_point
 
 CPU_CONTEXTS = (0, 1024, 2048, 4096, 8192, 16384)

@@ -16,69 +16,22 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import zoo
-from zoo.config import StrictConfig, check_bounds, check_choice
-
+from zoo.config import check_bounds, check_choice
 from zoo.flops import flops
-from zoo.mixers import check_mixer
 
-from ..engine.cli import emit_points, format_table, mixer_label, parse_mixers
+from ..engine.cli import emit_points, format_table, parse_mixers
 from ..engine.runs import environment
-from ..engine.train import device_named
+from .bench import MixerBench, build, module_backend
 from .timing import measure, run_point
 
 PASSES = ("fwd", "fwd_bwd")
-
-
-@dataclass
-class MixerBench(StrictConfig):
-    """What a benchmark of one mixer at a list of points shares (scaling, decode): the
-    mixer alone or in a whole LM, where and in what dtype it runs, and how each point
-    is isolated and bounded. A benchmark config derives from it with its own points."""
-    seed: int = 0
-    mixer: str = "attention"
-    mixer_options: dict = field(default_factory=dict)
-    label: str = ""  # the name in tables and CSV; default "mixer[:option=value...]"
-    d_model: int = 256
-    scope: str = "mixer"  # "mixer" alone, or "lm": a whole LM of n_layers blocks + head
-    n_layers: int = 2  # scope="lm" only
-    vocab_size: int = 8192  # scope="lm" only
-    device: str = "auto"
-    dtype: str = "auto"  # "auto": bfloat16 on CUDA, float32 on CPU
-    warmup: int = 2
-    time_limit_s: float = 600.0  # per point, start-up excluded
-    mem_cap_mb: float | None = None  # per point, on top of the runtime's own footprint
-    isolate: bool = True  # each point in a fresh child process (needed for CPU memory)
-    stop_after_failure: bool = True  # after oom/timeout at a point, the larger ones are "skipped"
-
-    def __post_init__(self):
-        own = type(self).__name__
-        check_mixer(own, "mixer", self.mixer)
-        check_choice(own, "scope", self.scope, ("mixer", "lm"))
-        check_choice(own, "device", self.device, ("auto", "cpu", "cuda"))
-        check_choice(own, "dtype", self.dtype, ("auto", "float32", "bfloat16", "float16"))
-        check_bounds(self, "d_model", "n_layers", "vocab_size", "mem_cap_mb", gt=0)
-        check_bounds(self, "seed", "warmup", "time_limit_s", ge=0)  # a 0 s limit: every point times out
-        with torch.device("meta"):  # refuse bad options now, not in a child process later
-            zoo.build_mixer(self.mixer, self.d_model, **self.mixer_options)
-
-    def resolve_device(self) -> torch.device:
-        return device_named(self.device)
-
-    def resolve_dtype(self) -> torch.dtype:
-        if self.dtype == "auto":
-            return torch.bfloat16 if self.resolve_device().type == "cuda" else torch.float32
-        return getattr(torch, self.dtype)
-
-    def name(self) -> str:
-        return self.label or mixer_label(self.mixer, self.mixer_options)
 
 
 @dataclass
@@ -104,25 +57,6 @@ class ScalingConfig(MixerBench):
             out.append(L)
             L *= 2
         return out
-
-
-def build(cfg: ScalingConfig, seq_len: int) -> nn.Module:
-    if cfg.scope == "mixer":
-        return zoo.build_mixer(cfg.mixer, cfg.d_model, **cfg.mixer_options)
-    model_cfg = zoo.ModelConfig(vocab_size=cfg.vocab_size, d_model=cfg.d_model, n_layers=cfg.n_layers,
-                                mixer=cfg.mixer, mixer_options=cfg.mixer_options, positions="none",
-                                max_len=seq_len)
-    return zoo.build_model(model_cfg)
-
-
-def module_backend(module: nn.Module) -> str:
-    names = sorted({m.backend for m in module.modules() if isinstance(m, zoo.Mixer)})
-    return "+".join(names)
-
-
-def module_chunk_size(module: nn.Module) -> str:
-    """The chunk size(s) the module's chunked mixers ran with ("" for none)."""
-    return "+".join(str(s) for s in sorted({s for s in zoo.chunk_sizes(module) if s is not None}))
 
 
 def make_steps(cfg: ScalingConfig, seq_len: int) -> tuple[nn.Module, dict]:

@@ -38,7 +38,7 @@ from zoo.mixers import check_mixer
 from ..engine.cli import mixer_label, parse_mixers, write_csv
 from ..engine.allocator import tune_malloc
 from ..engine.runs import environment
-from .scaling import module_backend, module_chunk_size
+from .bench import module_backend, module_chunk_size
 from .timing import measure, run_point
 
 # (seq_len, d_model, batch); the last two keep the 16,384 tokens per batch of L 256 x 64
