@@ -258,7 +258,7 @@ def test_the_12_layer_sweep_reads_depth_in_both_blocks():
     per layer) at 1e-3 in the post-LN and the pre-LN block, matched to attention; the pre-LN
     pair over the bracket at seed 0 and 3 seeds at its best."""
     from sweeps.spec import load_sweep
-    from tasks.wikitext2 import GRASSMANN_12L_OFFSETS
+    from tasks.engine.paper import GRASSMANN_12L_OFFSETS
 
     sweep = load_sweep("wikitext2_12L_cpu")
     module = __import__("linbench_sweep_wikitext2_12L_cpu")

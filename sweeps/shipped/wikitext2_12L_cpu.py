@@ -23,7 +23,8 @@ reproduction's strict post-norm Transformer did not train either.
     linbench run wikitext2_12L_cpu --parallel 2 --results-dir results/reference
 """
 from sweeps import RunConfig, local_data_dir, matched_models
-from tasks.wikitext2 import GRASSMANN_12L_OFFSETS, paper_model_config, preset_config
+from tasks.engine.paper import GRASSMANN_12L_OFFSETS
+from tasks.wikitext2 import paper_model_config, preset_config
 
 EPOCHS = 1
 LRS = (5e-4, 1e-3, 2e-3)

@@ -38,6 +38,7 @@ import zoo
 from zoo.config import NOT_IN_ID, StrictConfig, check_bounds, check_choice
 
 from ..engine.cli import add_run_arguments, run_from_cli
+from ..engine.paper import paper_model_config
 from ..engine.batches import epoch_indices
 from ..engine.cache import cache_root, cached, fingerprint
 from ..engine.sources import LOCAL_OR_HUB, need
@@ -45,7 +46,6 @@ from ..engine.tokenizers import SPECIALS, make_tokenizer
 from ..engine.runs import checkpoint_path, model_metadata, refuse_non_causal, run_fields, score_best
 from ..engine.train import TrainConfig, train
 from ..published import published_rows
-from ..wikitext2 import paper_model_config
 from . import features
 from .data import snli_splits
 from .heads import KINDS, Head, HeadConfig, classifier_mlp, pool_states
