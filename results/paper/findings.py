@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import json
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -130,10 +131,9 @@ def _reaches(model_json: str, L: int, kv: int, vocab: int, seed: int, n: int, po
     return float(bound), float(read)
 
 
-def _verdict(checks: list[tuple[bool, bool, str, bool]], expected: int) -> str:
-    """checks: (complete, holds, where, doubtful) per unit, doubtful where a † point (one the
-    lr grid may not bracket) could turn the unit's result; a finished unit that fails
-    decides, and a "yes" names its doubtful units."""
+def _verdict(checks: list[Check], expected: int) -> str:
+    """A finding's verdict over its units: a finished unit that fails decides, and a "yes"
+    names its doubtful units."""
     mark = (lambda where, doubtful: where + ("†" if doubtful else ""))
     failed = [mark(where, doubt) for complete, holds, where, doubt in checks if complete and not holds]
     if failed:
@@ -145,7 +145,7 @@ def _verdict(checks: list[tuple[bool, bool, str, bool]], expected: int) -> str:
     return "yes" + (f" ({'; '.join(doubts)})" if doubts else "")
 
 
-def _per_width(checks: list[tuple[bool, bool, str, bool]]) -> str:
+def _per_width(checks: list[Check]) -> str:
     """The fixed-state verdict: the claim is that recall is lost at a width, so a width that
     keeps it does not refute the claim at another (Zoology: more state, longer reach). "yes"
     where every tested width loses; "yes at" the losing ones, the others named as kept,
@@ -161,21 +161,42 @@ def _per_width(checks: list[tuple[bool, bool, str, bool]]) -> str:
             + (f"; {', '.join(pending)} pending" if pending else ""))
 
 
+class Point(NamedTuple):
+    """One MQAR point of mqar_cpu's grid: a model (its label), a length and a width."""
+    label: str
+    L: int
+    width: int
+
+
+class PointResult(NamedTuple):
+    accuracy: float  # the best over learning rates, the mean over seeds
+    every_lr: bool  # whether it ran at every learning rate of the grid
+    text: str  # its table cell
+
+
+class Check(NamedTuple):
+    """One unit of a finding (a point, a width): ``_verdict`` reads a list of them."""
+    complete: bool  # its points have run
+    holds: bool  # the claim holds there
+    where: str  # how the verdict names it
+    doubtful: bool  # a † point (one the lr grid may not bracket) could turn it
+
+
 class _Points:
-    """mqar_cpu's best points, keyed (label, L, width), and the questions a finding asks of
-    them: a point's accuracy and cell text, whether it ran at every learning rate
-    (``complete``), and whether a better learning rate could move it (``edged``)."""
+    """mqar_cpu's best points (``results``: Point -> PointResult), and the questions a
+    finding asks of them: a point's accuracy and cell text, whether it ran at every learning
+    rate (``complete``), and whether a better learning rate could move it (``edge_points``)."""
 
     def __init__(self, frame: pd.DataFrame):
         self.best = best = mqar_best(frame)
         self.lengths, self.widths = sorted(best["seq_len"].unique()), sorted(best["d_model"].unique())
         full = best["lrs_tried"].max()
         self.kv = best.groupby("seq_len")["num_kv_pairs"].first().astype(int).to_dict()
-        self.at = {(r.label, r.seq_len, r.d_model): (r.accuracy, r.lrs_tried == full, point_text(r))
-                   for r in best.itertuples()}
-        self.edged = {(r.label, r.seq_len, r.d_model) for r in best.itertuples()
-                      if grid_bound(r.accuracy, r.lr_edge, self.kv[r.seq_len])}
-        self.wide = self.widths[-1]
+        self.results = {Point(r.label, r.seq_len, r.d_model): PointResult(r.accuracy, r.lrs_tried == full, point_text(r))
+                        for r in best.itertuples()}
+        self.edge_points = {Point(r.label, r.seq_len, r.d_model) for r in best.itertuples()
+                            if grid_bound(r.accuracy, r.lr_edge, self.kv[r.seq_len])}
+        self.widest = self.widths[-1]
         seeds = mqar_seeds(frame)
         self.seeds = {key: dict(zip(grp["seed"].astype(int), grp["accuracy"]))
                       for key, grp in seeds.groupby(["label", "seq_len", "d_model"])}
@@ -187,36 +208,37 @@ class _Points:
         return f"{sum(a >= SOLVED for a in accs.values())} of {len(accs)} seed{'s' if len(accs) != 1 else ''}"
 
     def acc(self, point):
-        return self.at[point][0] if point in self.at else None
+        return self.results[point].accuracy if point in self.results else None
 
     def cell(self, label, L, width) -> str:
-        return self.at[label, L, width][2] if (label, L, width) in self.at else "–"
+        point = Point(label, L, width)
+        return self.results[point].text if point in self.results else "–"
 
     def widths_at(self, label, L) -> str:
         return " / ".join(self.cell(label, L, d) for d in self.widths)
 
     def complete(self, *points) -> bool:
-        return all(p in self.at and self.at[p][1] for p in points)
+        return all(p in self.results and self.results[p].every_lr for p in points)
 
-    def close_to(self, a, b, where) -> tuple:
+    def close_to(self, a, b, where) -> Check:
         """A check that two points lie within SAME_WITHIN of each other."""
         done = self.complete(a, b)
         gap = self.acc(a) - self.acc(b) if done else 0.0
         # a better a could close a gap where a is behind, a better b one where b is; either could open one
-        doubt = a in self.edged if gap < -SAME_WITHIN else b in self.edged if gap > SAME_WITHIN \
-            else bool(self.edged & {a, b})
-        return done, abs(gap) <= SAME_WITHIN, where, doubt
+        doubt = a in self.edge_points if gap < -SAME_WITHIN else b in self.edge_points if gap > SAME_WITHIN \
+            else bool(self.edge_points & {a, b})
+        return Check(done, abs(gap) <= SAME_WITHIN, where, doubt)
 
 
 def _solves_row(pts: _Points, label: str, source: str, claim: str) -> list:
     checks = []
     for L in pts.lengths:
-        point = (label, L, pts.wide)
-        holds = point in pts.at and pts.at[point][0] >= SOLVED
-        checks.append((pts.complete(point), holds, f"L {L}", not holds and point in pts.edged))
-    evidence = "; ".join(f"L {L}: {pts.cell(label, L, pts.wide)}" for L in pts.lengths) + f" (d {pts.wide})"
-    seeds = ", ".join(f"L {L} {pts.solved_seeds((label, L, pts.wide))}" for L in pts.lengths
-                      if (label, L, pts.wide) in pts.at)
+        point = Point(label, L, pts.widest)
+        holds = point in pts.results and pts.results[point].accuracy >= SOLVED
+        checks.append(Check(pts.complete(point), holds, f"L {L}", not holds and point in pts.edge_points))
+    evidence = "; ".join(f"L {L}: {pts.cell(label, L, pts.widest)}" for L in pts.lengths) + f" (d {pts.widest})"
+    seeds = ", ".join(f"L {L} {pts.solved_seeds(Point(label, L, pts.widest))}" for L in pts.lengths
+                      if Point(label, L, pts.widest) in pts.results)
     return [claim, source, evidence,
             _verdict(checks, len(pts.lengths)) + (f"; reaching {SOLVED} (solved): {seeds}" if seeds else "")]
 
@@ -226,11 +248,11 @@ def _window_row(pts: _Points) -> list:
     receptive field but through a bug or guessing; a better learning rate could only break
     a "yes"."""
     shares = reach_shares(pts.best, "sliding_window")
-    window = [("sliding_window", L, d) for L in pts.lengths for d in pts.widths]
+    window = [Point("sliding_window", L, d) for L in pts.lengths for d in pts.widths]
     checks = []
     for p in window:
-        holds = p in pts.at and pts.at[p][0] <= shares[p[1]][1] + NOISE
-        checks.append((pts.complete(p), holds, f"L {p[1]} d {p[2]}", holds and p in pts.edged))
+        holds = p in pts.results and pts.results[p].accuracy <= shares[p.L][1] + NOISE
+        checks.append(Check(pts.complete(p), holds, f"L {p.L} d {p.width}", holds and p in pts.edge_points))
     evidence = "; ".join(f"L {L}: {pts.widths_at('sliding_window', L)} ≤ {shares[L][1]:.3f}" for L in pts.lengths
                          if L in shares)
     return ["a local window recalls only within its reach (accuracy ≤ the share of queries "
@@ -241,10 +263,10 @@ def _like_window_row(pts: _Points, mine: str = "grassmann", window: str = "slidi
                      claim: str = "the Grassmann mixer behaves like the window", source: str = "our prediction") -> list:
     """``mine`` within SAME_WITHIN of ``window`` at every point either ran (every L of the
     grid for the figure's rows, the controls' own lengths for theirs)."""
-    lengths = [L for L in pts.lengths if any((label, L, d) in pts.at for label in (mine, window) for d in pts.widths)]
+    lengths = [L for L in pts.lengths if any(Point(label, L, d) in pts.results for label in (mine, window) for d in pts.widths)]
     lengths = lengths or pts.lengths
     pairs = [(L, d) for L in lengths for d in pts.widths]
-    checks = [pts.close_to((mine, L, d), (window, L, d), f"L {L} d {d}") for L, d in pairs]
+    checks = [pts.close_to(Point(mine, L, d), Point(window, L, d), f"L {L} d {d}") for L, d in pairs]
     reach = reach_shares(pts.best, mine)
     evidence = "; ".join(f"L {L}: {pts.widths_at(mine, L)} vs {pts.widths_at(window, L)}"
                          + (f" (its key-value reach {reach[L][0]:.3f})" if L in reach else "") for L in lengths)
@@ -258,11 +280,11 @@ def _controls_row(pts: _Points) -> list:
     "no" once every control point has run without; a point not lifted whose best rate is
     an end of the grid could still be, and is marked †."""
     lengths = pts.lengths[:2]
-    points = [(control, L, d) for control in CONTROLS for L in lengths for d in pts.widths]
-    done = [p for p in points if pts.complete(p, ("grassmann", *p[1:]))]
-    where = (lambda p: f"{CONTROLS[p[0]]} L {p[1]} d {p[2]}")
-    lifted = [where(p) for p in done if pts.acc(p) - pts.acc(("grassmann", *p[1:])) > SAME_WITHIN]
-    doubts = [where(p) + "†" for p in done if p in pts.edged]
+    points = [Point(control, L, d) for control in CONTROLS for L in lengths for d in pts.widths]
+    done = [p for p in points if pts.complete(p, p._replace(label="grassmann"))]
+    where = (lambda p: f"{CONTROLS[p.label]} L {p.L} d {p.width}")
+    lifted = [where(p) for p in done if pts.acc(p) - pts.acc(p._replace(label="grassmann")) > SAME_WITHIN]
+    doubts = [where(p) + "†" for p in done if p in pts.edge_points]
     verdict = (f"yes ({'; '.join(lifted)})" if lifted else "pending" if not done else
                f"so far no ({len(done)} of {len(points)})" if len(done) < len(points) else
                "no" + (f" ({'; '.join(doubts)})" if doubts else ""))
@@ -279,7 +301,7 @@ def _controls_row(pts: _Points) -> list:
 
 
 def _positions_row(pts: _Points) -> list:
-    control = [L for L in pts.lengths if any(("grassmann+positions", L, d) in pts.at for d in pts.widths)] \
+    control = [L for L in pts.lengths if any(("grassmann+positions", L, d) in pts.results for d in pts.widths)] \
         or pts.lengths[:1]
     checks = [pts.close_to(("grassmann+positions", L, d), ("grassmann", L, d), f"L {L} d {d}")
               for L in control for d in pts.widths]
@@ -297,16 +319,16 @@ def _fixed_state_row(pts: _Points, label: str) -> list:
     first, last = pts.lengths[0], pts.lengths[-1]
     checks, untested = [], []
     for d in pts.widths:
-        short, long = (label, first, d), (label, last, d)
+        short, long = Point(label, first, d), Point(label, last, d)
         if pts.complete(short) and recall(pts.acc(short), pts.kv[first]) <= NOISE:
             untested.append(f"d {d} recalls nothing at L {first}")
         elif not pts.complete(short, long):
-            checks.append((False, False, f"d {d}", False))
+            checks.append(Check(False, False, f"d {d}", False))
         elif min(pts.acc(short), pts.acc(long)) >= SOLVED:
             untested.append(f"d {d} solves both")
         else:
             lost = recall(pts.acc(long), pts.kv[last]) < recall(pts.acc(short), pts.kv[first]) - RECALL_DROP
-            checks.append((True, lost, f"d {d}", (long if lost else short) in pts.edged))
+            checks.append(Check(True, lost, f"d {d}", (long if lost else short) in pts.edge_points))
     verdict = "; ".join(([_per_width(checks)] if checks else []) + ([f"untested: {', '.join(untested)}"]
                                                                       if untested else []))
     seeds = _seeds_losing(pts, label, first, last)

@@ -5,6 +5,7 @@ and the unit-lower-triangular solve of the delta rule's UT transform."""
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -105,16 +106,22 @@ def split_chunks(t: torch.Tensor, N: int, C: int, dtype: torch.dtype) -> torch.T
     return F.pad(t.to(dtype), (0, 0, 0, N * C - L)).view(*t.shape[:-2], N, C, X)
 
 
-def chunk_plan(op: str, L: int, K: int, chunk_size: int, scale, dtype: torch.dtype) -> tuple:
-    """What a chunked linear-attention scan settles first: its score ``scale`` (1/sqrt(K)
-    by default), the accumulation dtype (fp32, fp64 for fp64 inputs), the chunk length C
-    (no longer than the sequence: a longer one would only add padding), the number of
-    chunks N and the padding N*C - L of the last one."""
+class ChunkPlan(NamedTuple):
+    """What a chunked linear-attention scan settles first (``chunk_plan``)."""
+    scale: float  # of the scores: 1/sqrt(K) by default
+    acc: torch.dtype  # the accumulation dtype: fp32, fp64 for fp64 inputs
+    C: int  # the chunk length, no longer than the sequence (a longer one would only pad)
+    N: int  # the number of chunks
+    pad: int  # N*C - L, the padding of the last chunk
+
+
+def chunk_plan(op: str, L: int, K: int, chunk_size: int, scale, dtype: torch.dtype) -> ChunkPlan:
+    """The ChunkPlan of a scan ``op`` over L tokens with keys K wide."""
     if chunk_size <= 0:
         raise ValueError(f"{op}: chunk_size must be positive, got {chunk_size}")
     C = max(1, min(chunk_size, L))
     N = -(-L // C)
-    return (K ** -0.5 if scale is None else scale), torch.promote_types(dtype, torch.float32), C, N, N * C - L
+    return ChunkPlan(K ** -0.5 if scale is None else scale, torch.promote_types(dtype, torch.float32), C, N, N * C - L)
 
 
 def unit_lower_solve(A: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
