@@ -31,32 +31,32 @@ class _StrictMeta(type):
         def build():
             _reject_unknown(cls, kwargs)
             names = [f.name for f in dataclasses.fields(cls) if f.init]
-            problems: list[str] = []  # every bad field, named at once
+            reasons: list[str] = []  # every bad field, named at once
 
             def checked(name, value):
                 try:
                     return _checked(cls, name, value)
                 except ValueError as exc:
-                    problems.append(_reason(cls, exc))
+                    reasons.append(_reason(cls, exc))
                     return value  # as given: the value checks below may name more fields
 
             # positional values are checked by the name they bind to; extra ones are
             # left for the dataclass to refuse
             checked_args = [checked(name, value) for name, value in zip(names, args)] + list(args[len(names):])
             checked_kwargs = {name: checked(name, value) for name, value in kwargs.items()}
-            token = _problems.set([])
+            token = _reasons_found.set([])
             try:
                 config = type.__call__(cls, *checked_args, **checked_kwargs)
             except Exception:
-                if not (problems or _problems.get()):
+                if not (reasons or _reasons_found.get()):
                     raise
                 config = None  # a check already said what is wrong; what failed after it follows from it
             finally:
-                found = _problems.get()
-                _problems.reset(token)
-            problems = _one_per_field(problems + found)
-            if problems:
-                raise ValueError(f"{cls.__name__}: {'; '.join(problems)}")
+                found = _reasons_found.get()
+                _reasons_found.reset(token)
+            reasons = _one_per_field(reasons + found)
+            if reasons:
+                raise ValueError(f"{cls.__name__}: {'; '.join(reasons)}")
             return config
 
         return _guarded(cls, build)
@@ -64,11 +64,11 @@ class _StrictMeta(type):
 
 # Inside a config's construction, the value checks collect what they find here instead of
 # raising at the first, so that one error names every bad field.
-_problems: contextvars.ContextVar[list | None] = contextvars.ContextVar("linbench_problems", default=None)
+_reasons_found: contextvars.ContextVar[list | None] = contextvars.ContextVar("linbench_problems", default=None)
 
 
-def _problem(owner: str, reason: str) -> None:
-    found = _problems.get()
+def _refuse(owner: str, reason: str) -> None:
+    found = _reasons_found.get()
     if found is None:
         raise ValueError(f"{owner}: {reason}")
     found.append(reason)
@@ -274,7 +274,7 @@ def _checked(cls, name: str, value):
 
 def check_choice(owner: str, field: str, value, choices) -> None:
     if value not in choices:
-        _problem(owner, f"{field}={value!r} is not valid; choose one of {list(choices)}")
+        _refuse(owner, f"{field}={value!r} is not valid; choose one of {list(choices)}")
 
 
 def check_bounds(config, *names: str, gt=None, ge=None, le=None, lt=None) -> None:
@@ -293,5 +293,5 @@ def check_bounds(config, *names: str, gt=None, ge=None, le=None, lt=None) -> Non
             except TypeError:  # a value of the wrong type: its type check has said so
                 break
             if not fine:
-                _problem(type(config).__name__, f"{name}={value!r} must be {op} {bound}")
+                _refuse(type(config).__name__, f"{name}={value!r} must be {op} {bound}")
                 break  # one reason per field

@@ -198,20 +198,20 @@ def _resume(ckpt: Path | None, model: nn.Module, opt: torch.optim.Optimizer, dev
     pin_chunk_sizes(model, state.get("chunk_sizes", []))  # "auto" measures no other size than before
     if state.get("cuda_rng") is not None and device.type == "cuda":
         torch.cuda.set_rng_state(state["cuda_rng"], device)  # dropout on the GPU draws from it
-    res = state["result"]
-    res.resumed_from = res.steps
-    return res
+    result = state["result"]
+    result.resumed_from = result.steps
+    return result
 
 
-def _snapshot(model: nn.Module, opt: torch.optim.Optimizer, res: TrainResult, device: torch.device) -> dict:
+def _snapshot(model: nn.Module, opt: torch.optim.Optimizer, result: TrainResult, device: torch.device) -> dict:
     """What a checkpoint holds: enough to continue bit for bit (``_resume``); the whole
     state, whatever the sharding (a collective over the ranks)."""
     return {"model": parallel.full_state(model), "optimizer": parallel.optimizer_state(model, opt),
-            "rng": torch.get_rng_state(), "result": res, "chunk_sizes": chunk_sizes(model),
+            "rng": torch.get_rng_state(), "result": result, "chunk_sizes": chunk_sizes(model),
             "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
 
 
-def _evaluate(model: nn.Module, res: TrainResult, eval_fn, metric: str, better, autocast: bool,
+def _evaluate(model: nn.Module, result: TrainResult, eval_fn, metric: str, better, autocast: bool,
               device: torch.device) -> float | None:
     """Run ``eval_fn`` (on every rank: a sharded model's forward is a collective), append
     rank 0's metrics to the history, keep the best weights; the metric's value."""
@@ -219,16 +219,16 @@ def _evaluate(model: nn.Module, res: TrainResult, eval_fn, metric: str, better, 
     with torch.no_grad(), torch.autocast(device.type, torch.bfloat16, enabled=autocast):
         metrics = eval_fn(model) if eval_fn else {}
     model.train()
-    metrics = parallel.from_main({"step": res.steps, "train_loss": res.final_loss, **metrics})
-    res.history.append(metrics)
+    metrics = parallel.from_main({"step": result.steps, "train_loss": result.final_loss, **metrics})
+    result.history.append(metrics)
     value = metrics.get(metric)
-    if value is not None and (res.best is None or better(value, res.best)):
-        res.best = value
-        res.best_state = parallel.full_state(model)
+    if value is not None and (result.best is None or better(value, result.best)):
+        result.best = value
+        result.best_state = parallel.full_state(model)
     return value
 
 
-def _step(net: nn.Module, opt: torch.optim.Optimizer, cfg: TrainConfig, batch: tuple, loss_fn,
+def _step(model: nn.Module, opt: torch.optim.Optimizer, cfg: TrainConfig, batch: tuple, loss_fn,
           step: int, micro: int, autocast: bool, device: torch.device) -> float:
     """Optimiser step ``step`` on the global ``batch``: this rank's share in micro-batches of
     ``micro``, each loss weighted by its share of the step, gradients averaged over the
@@ -241,9 +241,9 @@ def _step(net: nn.Module, opt: torch.optim.Optimizer, cfg: TrainConfig, batch: t
     alone = parallel.world().size == 1
     total = 0.0
     for i, part in enumerate(parts):
-        with parallel.no_sync(net, last=i == len(parts) - 1):
+        with parallel.no_sync(model, last=i == len(parts) - 1):
             with torch.autocast(device.type, torch.bfloat16, enabled=autocast):
-                loss = loss_fn(net, part) / len(parts)
+                loss = loss_fn(model, part) / len(parts)
             total += loss.item()
             if alone and not math.isfinite(total):
                 break  # diverged: nothing else to compute
@@ -255,7 +255,7 @@ def _step(net: nn.Module, opt: torch.optim.Optimizer, cfg: TrainConfig, batch: t
     if not math.isfinite(loss):
         return loss
     if cfg.grad_clip > 0:
-        nn.utils.clip_grad_norm_(net.parameters(), cfg.grad_clip)
+        nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
     opt.step()
     return loss
 
@@ -264,53 +264,53 @@ def _place(cfg: TrainConfig) -> tuple[torch.device, parallel.World]:
     """The device this process trains on (its rank's GPU in a multi-process job) and the
     process group it belongs to."""
     device = cfg.resolve_device()
-    w = parallel.init_from_env(device.type)
-    if device.type == "cuda" and w.size > 1:
+    world = parallel.init_from_env(device.type)
+    if device.type == "cuda" and world.size > 1:
         device = torch.device("cuda", torch.cuda.current_device())  # this rank's GPU
-    return device, w
+    return device, world
 
 
-def _save_due(cfg: TrainConfig, res: TrainResult, last_save: float) -> bool:
+def _save_due(cfg: TrainConfig, result: TrainResult, last_save: float) -> bool:
     """Whether this step saves: every ``checkpoint_every`` steps, or ``checkpoint_minutes`` after the last save."""
-    return bool((cfg.checkpoint_every and res.steps % cfg.checkpoint_every == 0)
+    return bool((cfg.checkpoint_every and result.steps % cfg.checkpoint_every == 0)
                 or (cfg.checkpoint_minutes and time.monotonic() - last_save >= 60 * cfg.checkpoint_minutes))
 
 
-def _interrupted(res: TrainResult, beats, bar, flag) -> None:
+def _interrupted(result: TrainResult, beats, bar, flag) -> None:
     """A signal stops the run after its checkpoint: said in the heartbeat, then passed on."""
-    res.status = "interrupted"  # stays so only if the signal is ignored
+    result.status = "interrupted"  # stays so only if the signal is ignored
     beats.finish("interrupted")
     bar.close()
     if flag.caught is not None:
         flag.forward_signal()  # usually does not return
 
 
-def _log_step(res: TrainResult, cfg: TrainConfig, step: int, loss: float, tokens_per_step: int | None,
+def _log_step(result: TrainResult, cfg: TrainConfig, step: int, loss: float, tokens_per_step: int | None,
               t_step: float) -> float:
     """The step's loss, rate and tokens/s to the tracker; returns the time it was logged."""
     now = time.perf_counter()
-    tracking.log(res.steps, {"train/loss": loss, "train/lr": cfg.lr_at(step),
+    tracking.log(result.steps, {"train/loss": loss, "train/lr": cfg.lr_at(step),
                              "train/tokens_per_s": (tokens_per_step or 0) / max(now - t_step, 1e-9)})
     return now
 
 
-def _evaluate_and_log(model: nn.Module, res: TrainResult, cfg: TrainConfig, eval_fn, metric: str, better,
+def _evaluate_and_log(model: nn.Module, result: TrainResult, cfg: TrainConfig, eval_fn, metric: str, better,
                       autocast: bool, device: torch.device, main: bool, bar) -> None:
     """An evaluation (``_evaluate``), sent to the tracker, and the early stop at ``cfg.target``."""
-    value = _evaluate(model, res, eval_fn, metric, better, autocast, device)
+    value = _evaluate(model, result, eval_fn, metric, better, autocast, device)
     if main and tracking.active():
-        tracking.log(res.steps, {f"eval/{k}": v for k, v in res.history[-1].items() if k != "step"})
+        tracking.log(result.steps, {f"eval/{k}": v for k, v in result.history[-1].items() if k != "step"})
         if hasattr(model, "backends"):
-            tracking.text("backends", json.dumps(model.backends()), res.steps)
+            tracking.text("backends", json.dumps(model.backends()), result.steps)
         tracking.flush()
-    res.stopped_early = cfg.target is not None and value is not None and not better(cfg.target, value)
-    if res.best is not None:
-        bar.set_postfix(loss=f"{res.final_loss:.4f}", best=f"{res.best:.4g}")
+    result.stopped_early = cfg.target is not None and value is not None and not better(cfg.target, value)
+    if result.best is not None:
+        bar.set_postfix(loss=f"{result.final_loss:.4f}", best=f"{result.best:.4g}")
 
 
-def _save(ckpt: Path, model: nn.Module, opt, res: TrainResult, device: torch.device, main: bool, beats) -> None:
+def _save(ckpt: Path, model: nn.Module, opt, result: TrainResult, device: torch.device, main: bool, beats) -> None:
     """A checkpoint: every rank takes part in the snapshot (a collective), rank 0 writes it."""
-    snapshot = _snapshot(model, opt, res, device)
+    snapshot = _snapshot(model, opt, result, device)
     if main:
         save_atomic(ckpt, snapshot)
         beats.saved()
@@ -326,53 +326,53 @@ def train(model: nn.Module, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
     Progress goes to ``progress.json`` beside the checkpoint and, when the bar is off or
     stderr is no terminal, to stdout as plain lines (tokens/s when ``tokens_per_step`` is known)."""
     tune_malloc()  # a step's large temporaries keep their pages (engine.allocator)
-    device, w = _place(cfg)
-    micro = cfg.micro_batch(w.size)
+    device, world = _place(cfg)
+    micro = cfg.micro_batch(world.size)
     model.to(device)
     no_decay = no_decay_names(model)  # before the wrap: FSDP2 replaces the parameters
-    net = parallel.wrap(model, cfg.strategy, device)  # what the steps call: the model, DDP or FSDP2
+    model = parallel.wrap(model, cfg.strategy, device)  # what the steps call: the model, DDP or FSDP2
     opt = _optimizer(model, cfg, no_decay)
     ckpt = Path(checkpoint) if checkpoint else None
-    res = _resume(ckpt, model, opt, device)
+    result = _resume(ckpt, model, opt, device)
     better = (lambda a, b: a > b) if higher_is_better else (lambda a, b: a < b)
-    autocast, progress = cfg.bf16(device), progress and w.main
+    autocast, progress = cfg.bf16(device), progress and world.main
 
-    start = time.perf_counter() - res.wall_time
+    start = time.perf_counter() - result.wall_time
     model.train()
-    bar = tqdm(total=cfg.steps, initial=res.steps, desc=desc, disable=not progress, leave=False)
-    beats = Heartbeat(res, cfg.steps, ckpt.with_name(PROGRESS_FILE) if ckpt and w.main else None, cfg.log_every_s,
-                      tokens_per_step, metric, lines=w.main and (not progress or not sys.stderr.isatty()))
+    bar = tqdm(total=cfg.steps, initial=result.steps, desc=desc, disable=not progress, leave=False)
+    beats = Heartbeat(result, cfg.steps, ckpt.with_name(PROGRESS_FILE) if ckpt and world.main else None, cfg.log_every_s,
+                      tokens_per_step, metric, lines=world.main and (not progress or not sys.stderr.isatty()))
     last_save = time.monotonic()
     t_step = time.perf_counter()
     with _SignalFlag() as flag, beats:
-        while res.steps < cfg.steps and not res.stopped_early:
-            step = res.steps
+        while result.steps < cfg.steps and not result.stopped_early:
+            step = result.steps
             batch = tuple(t.to(device, non_blocking=True) for t in batch_fn(step))
-            loss = _step(net, opt, cfg, batch, loss_fn, step, micro, autocast, device)
+            loss = _step(model, opt, cfg, batch, loss_fn, step, micro, autocast, device)
             if not math.isfinite(loss):
-                res.status, res.final_loss = "diverged", loss
+                result.status, result.final_loss = "diverged", loss
                 break
-            res.steps, res.final_loss = step + 1, loss
-            if w.main and tracking.active():
-                t_step = _log_step(res, cfg, step, loss, tokens_per_step, t_step)
+            result.steps, result.final_loss = step + 1, loss
+            if world.main and tracking.active():
+                t_step = _log_step(result, cfg, step, loss, tokens_per_step, t_step)
             bar.update(1)
-            bar.set_postfix(loss=f"{res.final_loss:.4f}", refresh=False)
-            if res.steps % cfg.eval_every == 0 or res.steps == cfg.steps:
-                _evaluate_and_log(model, res, cfg, eval_fn, metric, better, autocast, device, w.main, bar)
-            res.wall_time = time.perf_counter() - start
+            bar.set_postfix(loss=f"{result.final_loss:.4f}", refresh=False)
+            if result.steps % cfg.eval_every == 0 or result.steps == cfg.steps:
+                _evaluate_and_log(model, result, cfg, eval_fn, metric, better, autocast, device, world.main, bar)
+            result.wall_time = time.perf_counter() - start
             # every rank saves (a collective) and stops at the same step, whichever rank's
             # clock or signal came first
-            periodic, caught = parallel.any_rank([_save_due(cfg, res, last_save), flag.caught is not None], device)
+            periodic, caught = parallel.any_rank([_save_due(cfg, result, last_save), flag.caught is not None], device)
             if ckpt is not None and (periodic or caught):
-                _save(ckpt, model, opt, res, device, w.main, beats)
+                _save(ckpt, model, opt, result, device, world.main, beats)
                 last_save = time.monotonic()
             if beats.due():
                 beats.beat()
                 tracking.flush()
             if caught:
-                _interrupted(res, beats, bar, flag)
+                _interrupted(result, beats, bar, flag)
                 break
     bar.close()
-    res.wall_time = time.perf_counter() - start
-    beats.finish({"ok": "done"}.get(res.status, res.status))
-    return res
+    result.wall_time = time.perf_counter() - start
+    beats.finish({"ok": "done"}.get(result.status, result.status))
+    return result
