@@ -102,7 +102,7 @@ def may_start(run: RunConfig, running: list, parallel: int) -> bool:
     """Whether the local executor may start ``run`` beside the ``running`` ones."""
     if not running:
         return True
-    return len(running) < parallel and not run.alone and not any(r.alone for r in running)
+    return len(running) < parallel and not run.exclusive and not any(r.exclusive for r in running)
 
 
 def _fraction(results_dir, sweep: str, run: RunConfig) -> float:
@@ -113,7 +113,7 @@ def _fraction(results_dir, sweep: str, run: RunConfig) -> float:
 
 def _run_local(todo, sweep, results_dir, folder, parallel, params, log, hints) -> list[str]:
     """submitit's local executor starts every job at once: keep at most ``parallel``,
-    and start nothing beside a run marked ``alone`` (a timing would measure the other)."""
+    and start nothing beside a run marked ``exclusive`` (a timing would measure the other)."""
     parallel = max(1, parallel)
     cores = os.cpu_count() or 1
     ex = submitit.LocalExecutor(folder)
@@ -131,7 +131,7 @@ def _run_local(todo, sweep, results_dir, folder, parallel, params, log, hints) -
                 queue = []
             while queue and may_start(queue[0], list(running.values()), parallel):
                 run = queue.pop(0)
-                threads = params.get("threads") or (cores if run.alone else max(1, cores // parallel))
+                threads = params.get("threads") or (cores if run.exclusive else max(1, cores // parallel))
                 job = ex.submit(RunJob(run, sweep, results_dir, "local", threads, params.get("log"), hints))
                 running[job] = run
                 record_submissions(results_dir, sweep, {run.run_id: ledger_entry("local", job, hints.run_options)})

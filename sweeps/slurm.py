@@ -118,16 +118,16 @@ def describe(sweep: str, opts: dict, todo: list) -> list[str]:
         name, default = RESOURCES.get(key, (f"--{key.replace('_', '-')}", None))
         if value is not None or default is not None:
             rows.append((name, value if value is not None else default))
-    shared = [run for run in todo if not run.alone]
-    alone = [run for run in todo if run.alone]
+    shared = [run for run in todo if not run.exclusive]
+    timing = [run for run in todo if run.exclusive]
     parallel = params["array_parallelism"]
 
     def array(n: int) -> str:
         return "1 job" if n == 1 else f"an array of {n} jobs, at most {min(n, parallel)} at once"
-    if shared or not alone:
+    if shared or not timing:
         rows.append(("submitted as", array(len(shared)) if shared else "nothing: every run is ok, final or in flight"))
-    if alone:
-        rows.append(("timing runs", f"{array(len(alone))}, each with a node to itself (--exclusive)"))
+    if timing:
+        rows.append(("timing runs", f"{array(len(timing))}, each with a node to itself (--exclusive)"))
     width = max(len(name) for name, _ in rows)
     return [f"Slurm: {len(todo)} run(s) to submit; each job as sbatch reads it:"] + \
         [f"  {name:<{width}}  {value}" for name, value in rows]
@@ -135,7 +135,7 @@ def describe(sweep: str, opts: dict, todo: list) -> list[str]:
 
 def submit_slurm(todo, sweep, results_dir, folder, opts: dict, hints: Hints) -> list:
     """Submit the runs as one job array (a single run as one job), and the timing runs
-    (``alone``) as another with --exclusive: a latency measured beside another job is no
+    (``exclusive``) as another with --exclusive: a latency measured beside another job is no
     benchmark, and an array shares its options. A refusal by sbatch becomes one SweepError
     quoting it and leaves no files of the refused array behind (an array queued before it
     stays queued, in the ledger)."""
@@ -145,7 +145,7 @@ def submit_slurm(todo, sweep, results_dir, folder, opts: dict, hints: Hints) -> 
     folder.mkdir(parents=True, exist_ok=True)
     jobs_of = {}
     for exclusive in (False, True):
-        runs = [run for run in todo if run.alone == exclusive]
+        runs = [run for run in todo if run.exclusive == exclusive]
         if not runs:
             continue
         before = set(folder.rglob("*"))

@@ -120,13 +120,13 @@ _BUILT: set[str] = set()  # repr of every ModelConfig RunConfig.typed has built 
 class RunConfig:
     """One run of a sweep: a task from ``tasks.TASKS`` and its config (the typed config,
     or a dict that is validated into one). Seed and budget live inside the task config.
-    ``label`` names the run in tables and plots; neither it nor ``alone`` is part of
+    ``label`` names the run in tables and plots; neither it nor ``exclusive`` is part of
     the run's identity."""
 
     task: str
     config: Any
     label: str = ""
-    alone: bool = False  # a timing run: the local executor runs nothing beside it
+    exclusive: bool = False  # a timing run: the local executor runs nothing beside it
 
     def typed(self) -> RunConfig:
         """A copy whose config is the task's config class; raises ValueError (field and

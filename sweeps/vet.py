@@ -204,10 +204,10 @@ def cost_runs(mixer: str, options: dict, against: list[tuple[str, dict]], budget
     timed = {mixer: options, "attention": {}, **dict(against)}
     device = budget.device
     runs = [RunConfig("scaling", ScalingConfig(mixer=name, mixer_options=opts, seed=0, warmup=1, device=device,
-                                               **budget.scaling), label=name, alone=True)
+                                               **budget.scaling), label=name, exclusive=True)
             for name, opts in timed.items()]
     return runs + [RunConfig("decode", DecodeConfig(mixer=name, mixer_options=opts, device=device, **budget.decode),
-                             label=name, alone=True)
+                             label=name, exclusive=True)
                    for name, opts in timed.items() if zoo.mixer_class(name).has_step_form()]
 
 

@@ -275,7 +275,7 @@ BESIDE = """
 from sweeps import RunConfig
 train = {"steps": 20, "batch_size": 4, "lr": 1e-2, "warmup_steps": 1, "eval_every": 10, "device": "cpu"}
 configs = [RunConfig("toy", {"seed": 20, "step_delay": 0.3, "train": train}, "other"),
-           RunConfig("toy", {"seed": 21, "step_delay": 0.3, "train": train}, "timing", alone=True)]
+           RunConfig("toy", {"seed": 21, "step_delay": 0.3, "train": train}, "timing", exclusive=True)]
 """
 
 

@@ -276,14 +276,14 @@ def test_a_crashed_run_resumes_from_its_checkpoint_and_ends_where_an_unbroken_on
 
 
 def test_local_scheduling_keeps_parallel_and_alone():
-    a, b, timing = toy(seed=1), toy(seed=2), RunConfig("toy", ToyConfig(seed=3), alone=True)
+    a, b, timing = toy(seed=1), toy(seed=2), RunConfig("toy", ToyConfig(seed=3), exclusive=True)
     assert may_start(a, [], 1) and not may_start(a, [b], 1)
     assert may_start(a, [b], 2) and not may_start(a, [b, b], 2)
     assert may_start(timing, [], 2) and not may_start(timing, [a], 2) and not may_start(a, [timing], 4)
 
 
 def test_local_executor_runs_jobs_in_subprocesses_and_a_timing_run_alone(tmp_path):
-    sweep = sweep_of(toy(seed=0, step_delay=0.1), RunConfig("toy", ToyConfig(seed=1, step_delay=0.1), alone=True))
+    sweep = sweep_of(toy(seed=0, step_delay=0.1), RunConfig("toy", ToyConfig(seed=1, step_delay=0.1), exclusive=True))
     summary = launch(sweep, tmp_path, "local", parallel=2, log=lambda *_: None)
     assert summary["statuses"] == {"ok": 2}
     spans = sorted((r["metrics"]["t_start"], r["metrics"]["t_end"]) for r in records(tmp_path).values())
@@ -552,7 +552,7 @@ def test_a_slurm_dry_run_shows_each_jobs_resources_as_sbatch_reads_them(tmp_path
     path = tmp_path / "res_sweep.py"
     path.write_text("from sweeps import RunConfig\n"
                     "configs = [RunConfig('toy', {'seed': s}, f'r{s}') for s in range(4)]\n"
-                    "configs.append(RunConfig('toy', {'seed': 9}, 'timing', alone=True))\n")
+                    "configs.append(RunConfig('toy', {'seed': 9}, 'timing', exclusive=True))\n")
     res = tmp_path / "res"
     monkeypatch.setenv("PATH", str(tmp_path / "nothing"))  # no sinfo, no sbatch: a dry run needs neither
     assert cli(["run", str(path), "--results-dir", str(res), "--executor", "debug", "--only", "r0"]) == 0

@@ -10,5 +10,5 @@ import zoo
 from sweeps import RunConfig
 from tasks.benchmarks.decode import DecodeConfig
 
-configs = [RunConfig("decode", DecodeConfig(mixer=mixer, d_model=d, batch=batch), label=mixer, alone=True)
+configs = [RunConfig("decode", DecodeConfig(mixer=mixer, d_model=d, batch=batch), label=mixer, exclusive=True)
            for d in (256, 1024) for batch in (1, 64) for mixer in zoo.MIXERS]

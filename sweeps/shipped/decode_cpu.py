@@ -20,5 +20,5 @@ BATCHES = (1, 16)
 MIXERS = ("attention", "gated_deltanet", "gla", "grassmann", "mamba", "mamba2", "retnet", "rwkv6", "sliding_window")
 
 configs = [RunConfig("decode", DecodeConfig(mixer=mixer, d_model=d, batch=batch, device="cpu"), label=mixer,
-                     alone=True)
+                     exclusive=True)
            for d in WIDTHS for batch in BATCHES for mixer in MIXERS]

@@ -15,4 +15,4 @@ SEEDS = (0, 1, 2)
 OPTIONS = {"sliding_window": {"window": 256}, "grassmann": {"impl": "auto"}}  # the rest at zoo defaults
 
 configs = [RunConfig("scaling", ScalingConfig(mixer=mixer, mixer_options=OPTIONS.get(mixer, {}), seed=seed),
-                     label=mixer, alone=True) for mixer in zoo.MIXERS for seed in SEEDS]
+                     label=mixer, exclusive=True) for mixer in zoo.MIXERS for seed in SEEDS]

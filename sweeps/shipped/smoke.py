@@ -47,13 +47,13 @@ for mixer, options in MQAR.items():
 for mixer, options in SCALING.items():
     cfg = ScalingConfig(mixer=mixer, mixer_options=options, d_model=64, min_len=256, max_len=2048, tokens=4096,
                         warmup=1, repeats=3, **CPU)
-    configs.append(RunConfig("scaling", cfg, label=mixer, alone=True))
+    configs.append(RunConfig("scaling", cfg, label=mixer, exclusive=True))
 
 # Decode: time per generated token against the context, the same mixers at d_model 64
 for mixer, options in MQAR.items():
     cfg = DecodeConfig(mixer=mixer, mixer_options=options, d_model=64, contexts=(0, 512, 2048), new_tokens=16,
                        warmup=2, bandwidth_mb=128, **CPU)
-    configs.append(RunConfig("decode", cfg, label=mixer, alone=True))
+    configs.append(RunConfig("decode", cfg, label=mixer, exclusive=True))
 
 # Wikitext-2: the tiny preset on a WordPiece of 8,192 pieces (a 33k-word softmax would
 # take most of the budget), 300k training tokens, scored on 16k validation/test tokens

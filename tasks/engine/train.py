@@ -330,7 +330,7 @@ def train(model: nn.Module, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
     micro = cfg.micro_batch(world.size)
     model.to(device)
     no_decay = no_decay_names(model)  # before the wrap: FSDP2 replaces the parameters
-    model = parallel.wrap(model, cfg.strategy, device)  # what the steps call: the model, DDP or FSDP2
+    wrapped = parallel.wrap(model, cfg.strategy, device)  # what the steps call: the model, DDP or FSDP2
     opt = _optimizer(model, cfg, no_decay)
     ckpt = Path(checkpoint) if checkpoint else None
     result = _resume(ckpt, model, opt, device)
@@ -348,7 +348,7 @@ def train(model: nn.Module, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
         while result.steps < cfg.steps and not result.stopped_early:
             step = result.steps
             batch = tuple(t.to(device, non_blocking=True) for t in batch_fn(step))
-            loss = _step(model, opt, cfg, batch, loss_fn, step, micro, autocast, device)
+            loss = _step(wrapped, opt, cfg, batch, loss_fn, step, micro, autocast, device)
             if not math.isfinite(loss):
                 result.status, result.final_loss = "diverged", loss
                 break
