@@ -132,3 +132,24 @@ def test_the_reference_runs_where_the_kernel_must_not(monkeypatch):
             rwkv6_recurrent(q, k, v, w, u, None, S0, True)
             assert recurrent_backend(torch.zeros(2, 4)) == "torch_step"
     assert not entered
+
+
+def test_delta_rule_streams_a_large_state_to_its_reference(monkeypatch):
+    """A kernel call's state of 16 MiB or more is written with streaming stores (a float32
+    row of whole vectors): the values are the reference's, and the given state is untouched.
+    One thread: the call then holds the whole batch."""
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)  # what over_batch splits by
+    g = torch.Generator().manual_seed(1)
+    Bl, Hl, Kl, Vl, L = 4, 2, 256, 2048, 2  # 4 x 2 x 256 x 2048 float32: 16 MiB
+    q, k = torch.randn(Bl, L, Hl, Kl, generator=g), torch.randn(Bl, L, Hl, Kl, generator=g)
+    k = torch.nn.functional.normalize(k, dim=-1)
+    v = torch.randn(Bl, L, Hl, Vl, generator=g)
+    gate, beta = -torch.rand(Bl, L, Hl, generator=g), torch.rand(Bl, L, Hl, generator=g)
+    S0 = torch.randn(Bl, Hl, Kl, Vl, generator=g)
+    kept = S0.clone()
+    with torch.no_grad():
+        got = gated_delta_rule_recurrent(q, k, v, gate, beta, None, S0, True)
+        want = gated_delta_rule_ref(q, k, v, gate, beta, None, S0, True)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=2e-5, atol=2e-5)
+    assert torch.equal(S0, kept)
