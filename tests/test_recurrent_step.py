@@ -23,10 +23,10 @@ B, H, K, V = 3, 2, 7, 9  # odd sizes: no vector width divides them
 TOL = {torch.float64: dict(rtol=1e-12, atol=1e-12), torch.float32: dict(rtol=2e-5, atol=2e-6)}
 
 
-def inputs(L: int, dtype, layout: str, seed: int = 0):
-    """q, k, w (log decay), v in (B, H, L, X) ("heads") or (B, L, H, X) ("time"), u, S0."""
+def inputs(L: int, dtype, seed: int = 0):
+    """q, k, w (log decay), v in the zoo's (B, L, H, X) layout, u, S0."""
     g = torch.Generator().manual_seed(seed)
-    shape = (B, H, L) if layout == "heads" else (B, L, H)
+    shape = (B, L, H)
 
     def r(*s):
         return torch.randn(*s, generator=g, dtype=dtype)
@@ -47,7 +47,7 @@ def check(got, want, dtype):
 @pytest.mark.parametrize("L", [1, 4])
 @pytest.mark.parametrize("given_state", [True, False])
 def test_rwkv6_form_equals_its_reference(dtype, L, given_state):
-    q, k, v, w, u, S0 = inputs(L, dtype, "heads")
+    q, k, v, w, u, S0 = inputs(L, dtype)
     S0 = S0 if given_state else None
     kept = None if S0 is None else S0.clone()
     with torch.no_grad():
@@ -60,8 +60,8 @@ def test_rwkv6_form_equals_its_reference(dtype, L, given_state):
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("L", [1, 5])
-def test_gla_form_equals_its_reference_in_the_time_first_layout(dtype, L):
-    q, k, v, w, _, S0 = inputs(L, dtype, "time")
+def test_gla_form_equals_its_reference(dtype, L):
+    q, k, v, w, _, S0 = inputs(L, dtype)
     kept = S0.clone()
     with torch.no_grad():
         got = gla_recurrent(q, k, v, w, 0.3, S0, True)
@@ -74,7 +74,7 @@ def test_gla_form_equals_its_reference_in_the_time_first_layout(dtype, L):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("L", [1, 3])
 def test_delta_rule_equals_its_reference(dtype, L):
-    q, k, v, _, _, S0 = inputs(L, dtype, "time")
+    q, k, v, _, _, S0 = inputs(L, dtype)
     k = torch.nn.functional.normalize(k, dim=-1)  # as Gated DeltaNet feeds it
     g = -torch.rand(B, L, H, dtype=dtype)
     beta = torch.rand(B, L, H, dtype=dtype)
@@ -93,7 +93,7 @@ def test_delta_rule_equals_its_reference(dtype, L):
 def test_retention_form_equals_its_reference(dtype, L, kernels):
     """Retention on the kernel's GLA form (log gamma as a fixed log decay), and with the
     kernels off on the reference given the decays it would otherwise compute."""
-    q, k, v, _, _, S0 = inputs(L, dtype, "heads")
+    q, k, v, _, _, S0 = inputs(L, dtype)
     log_gamma = -torch.rand(H, dtype=torch.float32)  # float32, as RetNet holds it
     kept = S0.clone()
     gamma = log_gamma.double().exp().to(torch.promote_types(dtype, torch.float32))
@@ -107,10 +107,10 @@ def test_retention_form_equals_its_reference(dtype, L, kernels):
 
 
 def test_zero_tokens_return_the_given_state():
-    q, k, v, w, u, S0 = inputs(0, torch.float32, "heads")
+    q, k, v, w, u, S0 = inputs(0, torch.float32)
     with torch.no_grad():
         o, S = rwkv6_recurrent(q, k, v, w, u, None, S0, True)
-    assert o.shape == (B, H, 0, V) and torch.equal(S, S0) and S.data_ptr() != S0.data_ptr()
+    assert o.shape == (B, 0, H, V) and torch.equal(S, S0) and S.data_ptr() != S0.data_ptr()
 
 
 def test_the_reference_runs_where_the_kernel_must_not(monkeypatch):
@@ -118,7 +118,7 @@ def test_the_reference_runs_where_the_kernel_must_not(monkeypatch):
     backends say so; the kernel is never entered."""
     entered = []
     monkeypatch.setattr(recurrent_step.cpu_kernels, "row_address", lambda *a: entered.append(1) or 0)
-    q, k, v, w, u, S0 = inputs(1, torch.float32, "heads")
+    q, k, v, w, u, S0 = inputs(1, torch.float32)
     x = torch.zeros(2, 4)
     assert recurrent_backend(x) == "cpu_fused_step" and delta_recurrent_backend(x) == "cpu_fused_step"
     q.requires_grad_(True)

@@ -20,12 +20,12 @@ def loop_rwkv6(q, k, v, w, u, scale, initial_state):
 
 def make_inputs(L, strong, dtype=torch.float64, seed=0):
     g = torch.Generator().manual_seed(seed)
-    q, k, w = (torch.randn(B, H, L, K, generator=g, dtype=dtype) for _ in range(3))
-    v = torch.randn(B, H, L, V, generator=g, dtype=dtype)
+    q, k, w = (torch.randn(B, L, H, K, generator=g, dtype=dtype) for _ in range(3))  # the zoo's one layout
+    v = torch.randn(B, L, H, V, generator=g, dtype=dtype)
     # log decay: mild in [-1, 0), or -exp(U(-4, 3)) reaching about -20 per step
     w = -torch.exp(3.5 * w.clamp(-1, 1) - 0.5) if strong else -torch.rand_like(w)
     if strong:
-        w[0, 0, :, 0] = -20.0  # one channel forgets everything at every step
+        w[0, :, 0, 0] = -20.0  # one channel forgets everything at every step
     u = torch.randn(H, K, generator=g, dtype=dtype)
     h0 = torch.randn(B, H, K, V, generator=g, dtype=dtype)
     return q, k, v, w, u, h0
@@ -113,8 +113,8 @@ def test_bfloat16_smoke():
 def test_retention_matches_loop_with_gradients(form, chunk_size, L):
     Kr, Vr = 4, 6
     g = torch.Generator().manual_seed(1)
-    q, k = (torch.randn(B, H, L, Kr, generator=g, dtype=torch.float64) for _ in range(2))
-    v = torch.randn(B, H, L, Vr, generator=g, dtype=torch.float64)
+    q, k = (torch.randn(B, L, H, Kr, generator=g, dtype=torch.float64) for _ in range(2))
+    v = torch.randn(B, L, H, Vr, generator=g, dtype=torch.float64)
     gamma = torch.tensor([1 - 2 ** -5, 0.5], dtype=torch.float64)  # (H,)
     h0 = torch.randn(B, H, Kr, Vr, generator=g, dtype=torch.float64)
     inputs = [t.requires_grad_() for t in (q, k, v, h0)]
@@ -133,7 +133,7 @@ def test_retention_matches_loop_with_gradients(form, chunk_size, L):
 
 def test_retention_without_state_and_float32():
     g = torch.Generator().manual_seed(2)
-    q, k, v = (torch.randn(2, 3, 100, 8, generator=g) for _ in range(3))
+    q, k, v = (torch.randn(2, 100, 3, 8, generator=g) for _ in range(3))
     log_gamma = torch.log1p(-(2.0 ** -torch.tensor([1.0, 5.0, 9.0])))
     o, S = retention(q, k, v, log_gamma, chunk_size=32)
     assert S is None and o.dtype == torch.float32

@@ -38,13 +38,13 @@ from .base import Mixer, check_chunk_size, check_divisible, check_positive, chun
 
 
 def rope(x: torch.Tensor, start: int = 0) -> torch.Tensor:
-    """Rotary positions start.. on (B, H, L, K), K even, rotate-half convention, base 10000."""
-    L, K = x.shape[-2:]
+    """Rotary positions start.. on (B, L, H, K), K even, rotate-half convention, base 10000."""
+    L, K = x.shape[1], x.shape[-1]
     # float32 at least (a float64 model's angles in float64: a compiled float32 cos rounds
     # differently from the eager one)
     acc = torch.promote_types(x.dtype, torch.float32)
     inv_freq = 10000.0 ** -(torch.arange(0, K, 2, device=x.device, dtype=acc) / K)
-    angle = torch.arange(start, start + L, device=x.device, dtype=acc)[:, None] * inv_freq  # (L, K/2)
+    angle = (torch.arange(start, start + L, device=x.device, dtype=acc)[:, None] * inv_freq)[:, None]  # (L, 1, K/2)
     cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
@@ -110,8 +110,8 @@ class RetNet(Mixer):
         B, L, D = x.shape
         H = self.n_heads
 
-        def heads(t):  # (B, L, H*X) -> (B, H, L, X)
-            return t.view(B, L, H, -1).transpose(1, 2)
+        def heads(t):  # (B, L, H*X) -> (B, L, H, X)
+            return t.view(B, L, H, -1)
 
         q, k = rope(heads(self.q_proj(x)), start), rope(heads(self.k_proj(x)), start)
         v = heads(self.v_proj(x))
@@ -122,7 +122,7 @@ class RetNet(Mixer):
             y, S = retention_recurrent(*args, initial_state=S0, output_final_state=True, gamma=self.gamma(x))
         else:
             y, S = self.chunked(retention, *args, initial_state=S0, output_final_state=S0 is not None, length=L)
-        y = self.group_norm(y.transpose(1, 2).reshape(B * L, -1)).view(B, L, -1)
+        y = self.group_norm(y.reshape(B * L, -1)).view(B, L, -1)
         return self.out_proj(F.silu(self.g_proj(x)) * y), S
 
     def core_flops(self, B: int, L: int) -> float:

@@ -109,8 +109,8 @@ class RWKV6(Mixer):
         w = self.time_decay + tanh(xw @ self.time_decay_w1) @ self.time_decay_w2
         w = -torch.exp(w.to(torch.promote_types(w.dtype, torch.float32)))  # log decay <= 0, at least fp32: it is summed over time
 
-        def heads(t):  # (B, L, D) -> (B, H, L, K)
-            return t.view(B, L, H, K).transpose(1, 2)
+        def heads(t):  # (B, L, D) -> (B, L, H, K)
+            return t.view(B, L, H, K)
 
         self.backend = (recurrent_backend if recurrent else rwkv6_backend)(x)
         # RWKV does not scale the receptance (scale=1): GroupNorm takes care of the size.
@@ -119,8 +119,8 @@ class RWKV6(Mixer):
             y, S = rwkv6_recurrent(*args, scale=1.0, initial_state=S0, output_final_state=True)
         else:
             y, S = self.chunked(rwkv6_scan, *args, scale=1.0, initial_state=S0,
-                                output_final_state=S0 is not None, length=L)  # (B, H, L, K)
-        y = self.ln_x(y.transpose(1, 2).reshape(B * L, D)).view(B, L, D)
+                                output_final_state=S0 is not None, length=L)  # (B, L, H, K)
+        y = self.ln_x(y.reshape(B * L, D)).view(B, L, D)
         return self.output(y * g), S
 
     def _shift(self, x: torch.Tensor, dx: torch.Tensor) -> tuple[torch.Tensor, ...]:

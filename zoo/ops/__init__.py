@@ -1,6 +1,8 @@
-"""Public scan cores, with the argument layouts of the established references
-(mamba_ssm's selective_scan_ref, flash-linear-attention's naive_recurrent_rwkv6)
-so they can be checked against them and swapped for the CUDA kernels. Each scan comes
+"""Public scan cores in one layout, flash-linear-attention's: q, k (B, L, H, K), v (B, L, H,
+V), a state (B, H, K, V), for every linear-attention core (GLA, the delta rule, SSD,
+RWKV-6, retention), so they can be checked against the references and swapped for the CUDA
+kernels. Two stated exceptions keep their own references' layouts: the selective scan
+takes mamba_ssm's (batch, channels, length), and the attention ops SDPA's (B, H, L, Dh). Each scan comes
 in three forms with one signature: the op (the CUDA kernel when usable), its pure-PyTorch
 chunked form, and ``*_ref``, the recurrence one step at a time (no ``chunk_size``, except
 where it is positional: ``ssd_scan_ref`` takes and ignores it), which the tests prove the

@@ -86,16 +86,11 @@ def gla_chunked(q, k, v, gk, scale=None, initial_state=None, output_final_state=
     out_dtype, acc = v.dtype, torch.promote_types(v.dtype, torch.float32)
     q, k, v, gk = (t.to(acc) for t in (q, k, v, gk))
     H = q.shape[2]
-
-    def heads(t):  # (B, L, H, X) -> (B, H, L, X), the core's layout
-        return t.transpose(1, 2)
-
     # v in acc so that the core returns o unrounded and the sum below rounds once
-    o, S = rwkv6_scan_chunked(heads(q * gk.exp()), heads(k), heads(v), heads(gk),
-                            q.new_zeros(H, K), scale, initial_state, output_final_state,
-                            chunk_size)  # o: (B, H, L, V)
+    o, S = rwkv6_scan_chunked(q * gk.exp(), k, v, gk, q.new_zeros(H, K), scale, initial_state, output_final_state,
+                              chunk_size)  # o: (B, L, H, V)
     diag = scale * (q * k).sum(-1, keepdim=True) * v  # (B, L, H, V): (q_t . k_t) v_t
-    return (heads(o) + diag).to(out_dtype), S
+    return (o + diag).to(out_dtype), S
 
 
 def gla(q, k, v, gk, scale=None, initial_state=None, output_final_state=False,
@@ -118,7 +113,7 @@ def gla_recurrent(q, k, v, gk, scale=None, initial_state=None, output_final_stat
     returns as ``gla`` (``chunk_size`` unused: there are no chunks)."""
     if not FUSED_RECURRENT_GLA.usable(q):
         if step_kernel_runs(q, k, v, gk, initial_state):
-            o, S = decay_step(q, k, v, gk, None, initial_state, scale, False)
+            o, S = decay_step(q, k, v, gk, None, initial_state, scale)
             return o, (S if output_final_state else None)
         return gla_ref(q, k, v, gk, scale, initial_state, output_final_state)
     h0 = None if initial_state is None else initial_state.float()  # the kernel keeps its state in fp32

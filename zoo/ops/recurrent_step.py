@@ -24,7 +24,7 @@ from . import cpu_kernels
 
 STEP_CPP = "recurrent_step_cpu.cpp"
 _P, _N, _D = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double
-STEP_SIGNATURES = {**{f"decay_step_{s}": (_P,) * 8 + (_N,) * 5 + (_D, _N) for s in ("f32", "f64")},
+STEP_SIGNATURES = {**{f"decay_step_{s}": (_P,) * 8 + (_N,) * 5 + (_D,) for s in ("f32", "f64")},
                    **{f"delta_step_{s}": (_P,) * 8 + (_N,) * 5 + (_D,) for s in ("f32", "f64")}}
 
 
@@ -56,16 +56,15 @@ def step_backend(x: torch.Tensor) -> str:
 # its graph, the projections and norms around it fused, rather than breaking the graph.
 @torch.library.custom_op("linbench::decay_step", mutates_args=())
 def decay_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: torch.Tensor, u: torch.Tensor | None,
-               S0: torch.Tensor | None, scale: float | None, heads_first: bool) -> tuple[torch.Tensor, torch.Tensor]:
+               S0: torch.Tensor | None, scale: float | None) -> tuple[torch.Tensor, torch.Tensor]:
     """GLA's recurrence (``u`` None: the state read after the token's update) or RWKV-6's
     (``u`` (H, K): read before, the token added with bonus u). q, k, w (log decay) are
-    (B, H, L, K) when ``heads_first`` else (B, L, H, K); v the same with V; S0 (B, H, K, V)
-    or None (zeros); ``scale`` None: K^-0.5. Returns (o shaped as v, the state after the
-    last token)."""
+    (B, L, H, K); v (B, L, H, V); S0 (B, H, K, V) or None (zeros); ``scale`` None: K^-0.5.
+    Returns (o (B, L, H, V), the state after the last token)."""
     q, k, v, w = (t.contiguous() for t in (q, k, v, w))
     u = None if u is None else u.contiguous()
     S0 = None if S0 is None else S0.contiguous()
-    B, H, L, K, V = _sizes(q, v, heads_first)
+    B, H, L, K, V = _sizes(q, v)
     S, o = q.new_empty(B, H, K, V), torch.empty_like(v)
     lib = cpu_kernels.library(STEP_CPP, STEP_SIGNATURES)
     fn = lib.decay_step_f64 if q.dtype == torch.float64 else lib.decay_step_f32
@@ -73,16 +72,15 @@ def decay_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: torch.Tenso
 
     def run(b0, b1):
         fn(at(q, b0), at(k, b0), at(v, b0), at(w, b0), None if u is None else u.data_ptr(),
-           None if S0 is None else at(S0, b0), at(S, b0), at(o, b0), b1 - b0, H, L, K, V, K ** -0.5 if scale is None else scale,
-           int(heads_first))
+           None if S0 is None else at(S0, b0), at(S, b0), at(o, b0), b1 - b0, H, L, K, V, K ** -0.5 if scale is None else scale)
 
     cpu_kernels.over_batch(run, B)
     return o, S
 
 
 @decay_step.register_fake
-def _(q, k, v, w, u, S0, scale, heads_first):
-    B, H, L, K, V = _sizes(q, v, heads_first)
+def _(q, k, v, w, u, S0, scale):
+    B, H, L, K, V = _sizes(q, v)
     return torch.empty_like(v), q.new_empty(B, H, K, V)
 
 
@@ -94,7 +92,7 @@ def delta_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tenso
     Returns (o (B, L, H, V), the state after the last token), as ``gated_delta_rule_ref``."""
     q, k, v, g, beta = (t.contiguous() for t in (q, k, v, g, beta))
     S0 = None if S0 is None else S0.contiguous()
-    B, H, L, K, V = _sizes(q, v, heads_first=False)
+    B, H, L, K, V = _sizes(q, v)
     S, o = q.new_empty(B, H, K, V), torch.empty_like(v)
     lib = cpu_kernels.library(STEP_CPP, STEP_SIGNATURES)
     fn = lib.delta_step_f64 if q.dtype == torch.float64 else lib.delta_step_f32
@@ -110,11 +108,11 @@ def delta_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tenso
 
 @delta_step.register_fake
 def _(q, k, v, g, beta, S0, scale):
-    B, H, L, K, V = _sizes(q, v, heads_first=False)
+    B, H, L, K, V = _sizes(q, v)
     return torch.empty_like(v), q.new_empty(B, H, K, V)
 
 
-def _sizes(q, v, heads_first: bool) -> tuple[int, int, int, int, int]:
-    B, K, V = q.shape[0], q.shape[-1], v.shape[-1]
-    H, L = (q.shape[1], q.shape[2]) if heads_first else (q.shape[2], q.shape[1])
-    return B, H, L, K, V
+def _sizes(q, v) -> tuple[int, int, int, int, int]:
+    """B, H, L, K, V of (B, L, H, K) queries and (B, L, H, V) values."""
+    B, L, H, K = q.shape
+    return B, H, L, K, v.shape[-1]

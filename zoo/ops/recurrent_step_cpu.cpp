@@ -1,15 +1,15 @@
 // Fused CPU recurrences for decoding: a matrix state per head advanced token by token,
 // read once and written once per token, for float and double.
 //
-// decay_step (GLA, RWKV-6 and RetNet through RWKV-6's form), per batch row b and head h:
+// decay_step (GLA and RetNet in the first form, RWKV-6 in the second), per batch row b and head h:
 //     u given (RWKV-6):  o_t = scale q_t . (S + (u k_t)^T v_t);  S <- diag(exp(w_t)) S + k_t^T v_t
 //     u null (GLA):      S <- diag(exp(w_t)) S + k_t^T v_t;      o_t = scale q_t . S
 // delta_step (the gated delta rule), per b and h:
 //     S <- exp(g_t) S;  S <- S + k_t^T (beta_t (v_t - k_t S));  o_t = scale q_t . S
 //
-// Layouts: S0, S (batch, H, K, V); u (H, K). q, k, w: (batch, H, L, K) when heads_first,
-// else (batch, L, H, K); v, o the same with V; g, beta (batch, L, H). All contiguous. S0
-// null means a zero state. S is written, never S0: a state is a value its caller may keep.
+// Layouts: S0, S (batch, H, K, V); u (H, K). q, k, w: (batch, L, H, K); v, o (batch, L, H, V);
+// g, beta (batch, L, H). All contiguous. S0 null means a zero state. S is written, never S0:
+// a state is a value its caller may keep.
 //
 // Torch's step forms make a (K, V) temporary per op (the outer product, the decay, the
 // sum) and pass over it again for the readout; here each row of S is read, updated and
@@ -28,12 +28,9 @@ namespace {
 
 using i64 = std::int64_t;
 
-struct Layout {  // element offset of the (b, h, t) row of a (batch, H, L, X) or (batch, L, H, X) tensor
+struct Layout {  // element offset of the (b, h, t) row of a (batch, L, H, X) tensor
     i64 H, L;
-    bool heads_first;
-    i64 row(i64 b, i64 h, i64 t, i64 X) const {
-        return (heads_first ? (b * H + h) * L + t : (b * L + t) * H + h) * X;
-    }
+    i64 row(i64 b, i64 h, i64 t, i64 X) const { return ((b * L + t) * H + h) * X; }
 };
 
 // One row i of a head's state: s_out = d s_in + k_i v, and o += qi * (the row o reads).
@@ -105,8 +102,8 @@ void over_heads(const T* S0, T* S, i64 batch, i64 H, i64 L, i64 K, i64 V, Token 
 
 template <typename T>
 void decay_step(const T* q, const T* k, const T* v, const T* w, const T* u, const T* S0, T* S, T* o,
-                i64 batch, i64 H, i64 L, i64 K, i64 V, T scale, bool heads_first) {
-    const Layout at{H, L, heads_first};
+                i64 batch, i64 H, i64 L, i64 K, i64 V, T scale) {
+    const Layout at{H, L};
     over_heads(S0, S, batch, H, L, K, V, [&](i64 b, i64 h, i64 t, const T* s_prev, T* s) {
         const T *qt = q + at.row(b, h, t, K), *kt = k + at.row(b, h, t, K), *wt = w + at.row(b, h, t, K);
         T* ot = o + at.row(b, h, t, V);
@@ -120,7 +117,7 @@ void decay_step(const T* q, const T* k, const T* v, const T* w, const T* u, cons
 template <typename T>
 void delta_step(const T* q, const T* k, const T* v, const T* g, const T* beta, const T* S0, T* S, T* o,
                 i64 batch, i64 H, i64 L, i64 K, i64 V, T scale) {
-    const Layout at{H, L, false};
+    const Layout at{H, L};
     const bool stream = batch * H * K * V * i64(sizeof(T)) >= STREAM_BYTES;
     std::vector<T> delta(V);
     over_heads(S0, S, batch, H, L, K, V, [&](i64 b, i64 h, i64 t, const T* s_prev, T* s) {
@@ -153,14 +150,13 @@ void delta_step(const T* q, const T* k, const T* v, const T* g, const T* beta, c
 
 extern "C" {
 void decay_step_f32(const float* q, const float* k, const float* v, const float* w, const float* u,
-                    const float* S0, float* S, float* o, i64 batch, i64 H, i64 L, i64 K, i64 V,
-                    double scale, i64 heads_first) {
-    decay_step<float>(q, k, v, w, u, S0, S, o, batch, H, L, K, V, float(scale), heads_first != 0);
+                    const float* S0, float* S, float* o, i64 batch, i64 H, i64 L, i64 K, i64 V, double scale) {
+    decay_step<float>(q, k, v, w, u, S0, S, o, batch, H, L, K, V, float(scale));
 }
 void decay_step_f64(const double* q, const double* k, const double* v, const double* w, const double* u,
                     const double* S0, double* S, double* o, i64 batch, i64 H, i64 L, i64 K, i64 V,
-                    double scale, i64 heads_first) {
-    decay_step<double>(q, k, v, w, u, S0, S, o, batch, H, L, K, V, scale, heads_first != 0);
+                    double scale) {
+    decay_step<double>(q, k, v, w, u, S0, S, o, batch, H, L, K, V, scale);
 }
 void delta_step_f32(const float* q, const float* k, const float* v, const float* g, const float* beta,
                     const float* S0, float* S, float* o, i64 batch, i64 H, i64 L, i64 K, i64 V, double scale) {

@@ -12,8 +12,8 @@ from .rwkv6 import FUSED_RECURRENT_RWKV6, rwkv6_backend, rwkv6_recurrent, rwkv6_
 def retention(q, k, v, log_gamma, scale=None, initial_state=None, output_final_state=False,
               chunk_size=64):
     """o_t = scale * q_t S_t with S_t = gamma S_{t-1} + k_t^T v_t, per head.
-    q, k: (B, H, L, K); v: (B, H, L, V); log_gamma: (H,). Returns like rwkv6_scan:
-    (o (B, H, L, V) in v's dtype, final state (B, H, K, V) in fp32/fp64, or None).
+    q, k: (B, L, H, K); v: (B, L, H, V); log_gamma: (H,). Returns like rwkv6_scan:
+    (o (B, L, H, V) in v's dtype, final state (B, H, K, V) in fp32/fp64, or None).
     fla's chunk_rwkv6 on CUDA when usable (``retention_as_rwkv6``), else
     ``retention_chunked``."""
     if rwkv6_backend(q) == "fla":
@@ -32,10 +32,10 @@ def retention_recurrent(q, k, v, log_gamma, scale=None, initial_state=None, outp
     ``gamma``: exp(log_gamma), where the caller holds it, for ``retention_ref``."""
     if FUSED_RECURRENT_RWKV6.usable(q):
         return retention_as_rwkv6(q, k, v, log_gamma, scale, initial_state, output_final_state, scan=rwkv6_recurrent)
-    B, H, L, K = q.shape
-    w = log_gamma.to(q.dtype).view(1, H, 1, 1).expand(B, H, L, K)
+    B, L, H, K = q.shape
+    w = log_gamma.to(q.dtype).view(1, 1, H, 1).expand(B, L, H, K)
     if step_kernel_runs(q, k, v, w, initial_state):
-        o, S = decay_step(q, k, v, w, None, initial_state, scale, True)
+        o, S = decay_step(q, k, v, w, None, initial_state, scale)
         return o, (S if output_final_state else None)
     return retention_ref(q, k, v, log_gamma, scale, initial_state, output_final_state, gamma=gamma)
 
@@ -52,12 +52,12 @@ def retention_as_rwkv6(q, k, v, log_gamma, scale=None, initial_state=None,
     the same thing, with the same state sequence (the recurrences are identical).
     ``scan``: the RWKV-6 form to run it on (``rwkv6_recurrent`` for a decode step).
     """
-    B, H, L, K = q.shape
+    B, L, H, K = q.shape
     log_gamma = log_gamma.to(torch.promote_types(q.dtype, torch.float32))
     gamma = log_gamma.exp()
-    w = log_gamma.view(1, H, 1, 1).expand(B, H, L, K)
+    w = log_gamma.view(1, 1, H, 1).expand(B, L, H, K)
     u = (1 / gamma)[:, None].expand(H, K)
-    q = (q * gamma.view(H, 1, 1)).to(q.dtype)
+    q = (q * gamma.view(H, 1)).to(q.dtype)
     return scan(q, k, v, w, u, scale, initial_state, output_final_state, chunk_size)
 
 
@@ -70,6 +70,7 @@ def retention_chunked(q, k, v, log_gamma, scale=None, initial_state=None,
     with D one (H, C, C) matrix for every chunk, and the state crosses chunks as
         S_C = gamma^C S0 + (k * gamma^(C-1-s))^T v.
     All matmuls; every exponent is log_gamma times a count >= 0, so nothing overflows."""
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, L, X): a head's chunks in a row
     B, H, L, K = q.shape
     V = v.shape[-1]
     out_dtype = v.dtype
@@ -99,7 +100,7 @@ def retention_chunked(q, k, v, log_gamma, scale=None, initial_state=None,
             tail = (lg * (n_last - 1 - pos).clamp(min=0)).exp().view(H, C, 1)
             S = (lg * n_last).exp() * S + (k[:, :, -1] * tail).transpose(-1, -2) @ v[:, :, -1]
     o = o.view(B, H, N * C, V)[:, :, :L].to(out_dtype)
-    return o, (S if output_final_state else None)
+    return o.transpose(1, 2), (S if output_final_state else None)  # o (B, L, H, V)
 
 
 @own_precision
@@ -108,6 +109,7 @@ def retention_ref(q, k, v, log_gamma, scale=None, initial_state=None, output_fin
     arguments and returns less ``chunk_size``): S_t = gamma S_{t-1} + k_t^T v_t, o_t = scale q_t S_t.
     ``gamma``: exp(log_gamma) where the caller holds it (H,): compiled, the exp would be
     recomputed at every state element."""
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, L, X): a head's steps in a row
     B, H, L, K = q.shape
     scale = K ** -0.5 if scale is None else scale
     out_dtype, acc = v.dtype, torch.promote_types(v.dtype, torch.float32)
@@ -118,5 +120,5 @@ def retention_ref(q, k, v, log_gamma, scale=None, initial_state=None, output_fin
     for t in range(L):  # read after the update, unlike RWKV-6
         S = gamma * S + k[:, :, t, :, None] * v[:, :, t, None, :]
         outs.append(torch.einsum("bhk,bhkv->bhv", q[:, :, t] * scale, S))
-    o = torch.stack(outs, dim=2) if outs else v.new_zeros(B, H, 0, v.shape[-1])
-    return o.to(out_dtype), (S if output_final_state else None)
+    o = torch.stack(outs, dim=2) if outs else v.new_zeros(B, H, 0, v.shape[-1])  # (B, H, L, V)
+    return o.to(out_dtype).transpose(1, 2), (S if output_final_state else None)

@@ -1,7 +1,8 @@
 """The RWKV-6 linear recurrence with per-channel data-dependent decay, in chunks.
 
-Layout and semantics are those of flash-linear-attention's ``naive_recurrent_rwkv6``
-(q, k, w: (B, H, L, K); v: (B, H, L, V); u: (H, K); state (B, H, K, V)):
+The semantics are those of flash-linear-attention's ``naive_recurrent_rwkv6``, in the
+layout every op of the zoo takes, fla's (q, k, w: (B, L, H, K); v: (B, L, H, V); u: (H, K);
+state (B, H, K, V)):
 
     o_t = (scale * q_t) . (S_{t-1} + (u * k_t)^T v_t)
     S_t = diag(exp(w_t)) S_{t-1} + k_t^T v_t
@@ -96,16 +97,14 @@ def rwkv6_backend(x: torch.Tensor) -> str:
 
 def rwkv6_scan(q, k, v, w, u, scale=None, initial_state=None, output_final_state=False,
                chunk_size=64):
-    """RWKV-6 recurrence; returns (o (B, H, L, V), final state (B, H, K, V) or None).
+    """RWKV-6 recurrence; returns (o (B, L, H, V), final state (B, H, K, V) or None).
     fla's fused kernel on CUDA when importable, else ``rwkv6_scan_chunked``."""
     if rwkv6_backend(q) == "torch_chunked":
         return rwkv6_scan_chunked(q, k, v, w, u, scale, initial_state, output_final_state,
                                 chunk_size)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    q, k, v, w = (t.transpose(1, 2) for t in (q, k, v, w))  # (B, L, H, *)
-    o, final = CHUNK_RWKV6(q, k, v, w, u, scale=scale, initial_state=initial_state,
-                           output_final_state=output_final_state)
-    return o.transpose(1, 2), final  # fla picks its own chunk size
+    return CHUNK_RWKV6(q, k, v, w, u, scale=scale, initial_state=initial_state,
+                       output_final_state=output_final_state)  # fla picks its own chunk size
 
 
 def rwkv6_recurrent(q, k, v, w, u, scale=None, initial_state=None, output_final_state=False, chunk_size=None):
@@ -115,14 +114,12 @@ def rwkv6_recurrent(q, k, v, w, u, scale=None, initial_state=None, output_final_
     and returns as ``rwkv6_scan`` (``chunk_size`` unused)."""
     if not FUSED_RECURRENT_RWKV6.usable(q):
         if step_kernel_runs(q, k, v, w, u, initial_state):
-            o, S = decay_step(q, k, v, w, u, initial_state, scale, True)
+            o, S = decay_step(q, k, v, w, u, initial_state, scale)
             return o, (S if output_final_state else None)
         return rwkv6_scan_ref(q, k, v, w, u, scale, initial_state, output_final_state)
-    q, k, v, w = (t.transpose(1, 2) for t in (q, k, v, w))  # (B, L, H, *)
     h0 = None if initial_state is None else initial_state.float()  # the kernel keeps its state in fp32
-    o, final = FUSED_RECURRENT_RWKV6(q, k, v, w, u, scale=q.shape[-1] ** -0.5 if scale is None else scale,
-                                     initial_state=h0, output_final_state=output_final_state)
-    return o.transpose(1, 2), final
+    return FUSED_RECURRENT_RWKV6(q, k, v, w, u, scale=q.shape[-1] ** -0.5 if scale is None else scale,
+                                 initial_state=h0, output_final_state=output_final_state)
 
 
 def recurrent_backend(x: torch.Tensor) -> str:
@@ -139,6 +136,7 @@ def rwkv6_scan_ref(q, k, v, w, u, scale=None, initial_state=None, output_final_s
         o_t = (scale q_t) . (S + (u k_t)^T v_t);   S <- diag(exp(w_t)) S + k_t^T v_t.
     Same arguments and returns as ``rwkv6_scan`` less ``chunk_size``: o in v's dtype, the
     final state in the accumulation dtype (fp32, or fp64 for fp64 inputs), or None."""
+    q, k, v, w = (t.transpose(1, 2) for t in (q, k, v, w))  # (B, H, L, X): a head's steps in a row
     B, H, L, K = q.shape
     V = v.shape[-1]
     scale = K ** -0.5 if scale is None else scale
@@ -151,7 +149,7 @@ def rwkv6_scan_ref(q, k, v, w, u, scale=None, initial_state=None, output_final_s
         outs.append(torch.einsum("bhk,bhkv->bhv", q[:, :, t] * scale, S + u[..., None] * kv))
         S = w[:, :, t, :, None].exp() * S + kv  # read before the update, then decay and write
     o = torch.stack(outs, dim=2) if outs else q.new_zeros(B, H, 0, V)  # (B, H, L, V)
-    return o.to(out_dtype), (S if output_final_state else None)
+    return o.to(out_dtype).transpose(1, 2), (S if output_final_state else None)
 
 
 @own_precision
@@ -160,6 +158,7 @@ def rwkv6_scan_chunked(q, k, v, w, u, scale=None, initial_state=None, output_fin
     """Pure-PyTorch chunked RWKV-6 recurrence (proven against ``rwkv6_scan_ref``). Same signature
     as ``rwkv6_scan``. Accumulates in fp32 (fp64 for fp64 inputs); o is returned in
     v's dtype, the final state in the accumulation dtype."""
+    q, k, v, w = (t.transpose(1, 2) for t in (q, k, v, w))  # (B, H, L, X): a head's chunks in a row
     B, H, L, K = q.shape
     V = v.shape[-1]
     out_dtype = v.dtype
@@ -189,4 +188,4 @@ def rwkv6_scan_chunked(q, k, v, w, u, scale=None, initial_state=None, output_fin
     o = o + (q * b_prev.exp()) @ torch.stack(entering, dim=2)  # (B, H, N, C, V)
 
     o = o.view(B, H, N * C, V)[:, :, :L].to(out_dtype)
-    return o, (S if output_final_state else None)
+    return o.transpose(1, 2), (S if output_final_state else None)  # o (B, L, H, V)
