@@ -215,3 +215,25 @@ def test_the_targets_table_reads_each_fixed_state_mixer_against_attention_and_it
     text = decode_targets(pd.DataFrame(rows))  # arithmetic-bound: the tighter limit is the arithmetic one
     assert "| retnet | 0.300 ms, 1.50x | no | 0.30 | 0.70 | 0.70 | yes |" in text
     assert text.endswith("2 of 2 at 0.5 of the tighter limit or more (1 of 2 at 0.5 of the bandwidth limit alone).")
+
+
+def test_the_decode_readings_are_read_from_the_points():
+    import pandas as pd
+
+    from results.paper.findings import decode_readings
+    rows = []
+    for label, faults, state in (("attention", 300.0, None), ("gla", 0.01, 8)):
+        for c in (0, 1024, 4096):
+            rows.append({"label": label, "d_model": 1024, "batch": 16, "context": c, "ms_per_token": 10.0,
+                         "mean_ms_per_token": 11.0, "max_ms": 60.0 if label == "attention" else 12.0,
+                         "faults_per_token": faults * (40 if c == 0 else 1), "state_bytes": state or c + 1,
+                         "matmul_gflop_s": 48.0 if label == "gla" else 56.0, "bandwidth_gb_s": 17.0,
+                         "bandwidth_fraction": 0.5, "malloc_tuned": True})
+            rows.append({**rows[-1], "batch": 1, "bandwidth_fraction": 1.3 if label == "gla" else 0.8})
+    text = decode_readings(pd.DataFrame(rows))
+    assert "ran at 48 to 56 GFLOP/s" in text and "weight at 6.0 to 7.0 GB/s, against 17 to 17 GB/s" in text
+    assert "so arithmetic, not memory, bounds such a step" in text
+    assert "1 of 2 mixers read above the bandwidth limit at some context" in text and ": gla." in text
+    assert "slowest step takes 60.0 ms against a median of 10.0 (mean 11.0), with 300 page faults" in text
+    assert "the fixed-state steps take at most 0.01 a token" in text  # context 0 (a state filling) left out
+    assert "raised in 12 of 12 points' processes" in text

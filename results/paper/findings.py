@@ -24,7 +24,8 @@ mixers both MAD and we ran come in the same order. ``mad_reach``: a local mixer'
 scores beside chance and the ceilings its receptive field sets (``tasks.mad.sources``).
 ``decode_law``: whether the decode benchmark shows what a fixed state promises.
 ``decode_targets``: the decode steps against attention's at a short context and against
-their physical limits at a large batch.
+their physical limits at a large batch. ``decode_readings``: the rest of what the decode
+records say (matmul rate, cache-served reads, attention's slowest steps, page faults).
 """
 from __future__ import annotations
 
@@ -661,6 +662,51 @@ def decode_targets(points: pd.DataFrame, short: int = 1024, small: tuple = (256,
     return (markdown_table(head, lines, ["---", "---:", "---", "---:", "---:", "---:", "---"]) +
             f"\n\n{met[0]} of {len(lines)} at most attention's; {met[2]} of {len(lines)} at {fraction} of the "
             f"tighter limit or more ({met[1]} of {len(lines)} at {fraction} of the bandwidth limit alone).")
+
+
+def decode_readings(points: pd.DataFrame, large: tuple = (1024, 16), small: tuple = (1024, 1), short: int = 1024) -> str:
+    """What the decode records say beyond the tables, as Markdown bullets, every number read
+    from ``points`` (one row per point, with the run's ``matmul_gflop_s``): the matmul rate at
+    ``large`` and the weight read rate it implies; whether one sequence's step at ``small``
+    reads its weights from cache (bandwidth fractions above 1); attention's slowest step
+    against its median and mean at ``large`` after ``short`` tokens, with its page faults,
+    against the most any fixed-state step takes; and whether the mmap threshold took."""
+    def at(d, b):
+        return points[(points["d_model"] == d) & (points["batch"] == b)]
+
+    big, one = at(*large), at(*small)
+    if big.empty:
+        return f"(no decode points at d {large[0]:,}, batch {large[1]})"
+    rate = big.groupby("label")["matmul_gflop_s"].first()
+    read = rate * 4 / (2 * large[1])  # GB/s of weights: 4 bytes a weight, 2 FLOPs a weight a sequence
+    bandwidth = big.groupby("label")["bandwidth_gb_s"].first()
+    bound = ("arithmetic, not memory, bounds such a step" if read.max() < bandwidth.min()
+             else "memory, not arithmetic, bounds such a step")
+    lines = [f"- At d {large[0]:,}, batch {large[1]} in float32 the (batch, d) x (d, 4d) product ran at "
+             f"{rate.min():.0f} to {rate.max():.0f} GFLOP/s on one thread (`matmul_gflop_s`): it read its "
+             f"weight at {read.min():.1f} to {read.max():.1f} GB/s, against {bandwidth.min():.0f} to "
+             f"{bandwidth.max():.0f} GB/s that the bandwidth probe read (`bandwidth_gb_s`), so {bound}."]
+    if not one.empty:
+        cached = sorted(one.loc[one["bandwidth_fraction"] > 1, "label"].unique())
+        lines.append(f"- At d {small[0]:,}, batch {small[1]}, {len(cached)} of {one['label'].nunique()} mixers read above "
+                     "the bandwidth limit at some context (fractions above 1: weights or state served from cache)"
+                     + (f": {', '.join(cached)}." if cached else "."))
+    att = big[(big["label"] == "attention") & (big["context"] == short)]
+    fixed = big[big["label"] != "attention"]
+    fixed = fixed[(fixed.groupby("label")["state_bytes"].transform("nunique") == 1) & (fixed["context"] >= short)]
+    if not att.empty and "max_ms" in att:
+        r = att.iloc[0]
+        worst = fixed["faults_per_token"].max() if not fixed.empty else float("nan")
+        lines.append(f"- Attention's median hides its cache growing by a block every 64 tokens: after {short:,} "
+                     f"tokens at d {large[0]:,}, batch {large[1]} its slowest step takes {r['max_ms']:.1f} ms against a "
+                     f"median of {r['ms_per_token']:.1f} (mean {r['mean_ms_per_token']:.1f}), with "
+                     f"{r['faults_per_token']:.0f} page faults a token; after {short:,} tokens or more the fixed-state "
+                     f"steps take at most {worst:.2g} a token.")
+    if "malloc_tuned" in points:
+        tuned = points["malloc_tuned"].astype(str).str.lower().eq("true")
+        lines.append(f"- glibc's mmap threshold was raised in {int(tuned.sum())} of {len(points)} points' processes "
+                     "(`malloc_tuned`): a step's large temporaries keep their pages, as a long-running server's allocator would.")
+    return "\n".join(lines)
 
 
 def decode_law(points: pd.DataFrame, short: int = 1024, flat: float = 1.5) -> str:

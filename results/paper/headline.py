@@ -18,9 +18,8 @@ from ..report import mad_changes, markdown_table
 from ..stats import (at_best_lr, block_attention, bracket, gap_interval, mad_params, mad_runs, mad_scores, mad_totals,
                      position_curves,
                      published_mad_scores, read_published)
-from .findings import (decode_law, decode_targets, gap_placement, grid_bound, mad_agreement, mad_reach, mad_seeds, mqar_best,
-                       mqar_reach, point_text,
-                       published_gap_rows, reading_gaps, zoology_findings)
+from .findings import (decode_law, decode_readings, decode_targets, gap_placement, grid_bound, mad_agreement, mad_reach,
+                       mad_seeds, mqar_best, mqar_reach, point_text, published_gap_rows, reading_gaps, zoology_findings)
 
 REFERENCE = Path(__file__).resolve().parents[1] / "reference"
 
@@ -318,6 +317,7 @@ TABLES = {"wikitext2_cpu": ("wikitext2_cpu", lm_table),
           "decode_cpu": ("decode_cpu", decode_table),
           "decode_cpu_law": ("decode_cpu", lambda frame: decode_law(_decode_points(frame))),
           "decode_cpu_targets": ("decode_cpu", lambda frame: decode_targets(_decode_points(frame))),
+          "decode_cpu_readings": ("decode_cpu", lambda frame: decode_readings(_decode_points(frame))),
           "extrapolation_cpu": ("extrapolation_cpu", extrapolation_table),
           "mad_cpu": ("mad_cpu", mad_table),
           "mad_cpu_agreement": ("mad_cpu", lambda frame: mad_agreement(frame, read_published())),
