@@ -43,6 +43,7 @@ from tasks.mqar.data import key_distances, mqar_examples
 from zoo.causality import bound_pair_reach, receptive_offsets
 
 from ..report import markdown_table
+from .roles import LM_ROLES, MQAR_ROLES, by_role
 from ..stats import (at_best_lr, best_over_lr, gap_interval, mad_runs, mad_scores, over_seeds, published_mad_by_mixer,
                     shared_settings, split_agreement, tried_runs)
 
@@ -54,7 +55,8 @@ NOISE = 0.01
 SAME_WITHIN = 0.1  # "behaves like the window": within this accuracy of it at every point
 RECALL_DROP = 0.05  # "loses recall": recall (above the floor, ``recall``) falls by more than this
 FIXED_STATE = ("mamba2", "rwkv6", "gated_deltanet")
-# mqar_cpu's controls for the local Grassmann row (at its two shortest lengths), by label: what each changes
+# mqar_cpu's controls for the local Grassmann row (at its two shortest lengths), by role (roles.MQAR_ROLES):
+# what each changes
 CONTROLS = {"grassmann 4L": "4 layers", "grassmann odd offsets": "odd offsets", "grassmann+mlp": "an MLP"}
 
 
@@ -72,7 +74,8 @@ def mqar_best(frame: pd.DataFrame) -> pd.DataFrame:
 def mqar_seeds(frame: pd.DataFrame) -> pd.DataFrame:
     """The MQAR runs tried, best over learning rates per (mixer, L, width) and seed: a row
     per seed of each point (what ``mqar_best`` means over)."""
-    return best_over_lr(tried_runs(frame[frame["task"] == "mqar"]), ["label", "seq_len", "d_model"])
+    mqar = by_role(frame[frame["task"] == "mqar"], MQAR_ROLES)  # labels as the findings name the models
+    return best_over_lr(tried_runs(mqar), ["label", "seq_len", "d_model"])
 
 
 def point_text(row) -> str:
@@ -448,7 +451,7 @@ def gap_placement(frame: pd.DataFrame, published: pd.DataFrame, setting: str = "
     interval and seeds, read again on test on the same runs (``_test_gap``), beside the
     range of the published validation gaps at ``setting``: context, since no published
     recipe matches ours in tokenizer, epochs and block."""
-    ok = at_best_lr(frame[(frame["task"] == "wikitext2") & (frame["run_status"] == "ok")])
+    ok = at_best_lr(by_role(frame[(frame["task"] == "wikitext2") & (frame["run_status"] == "ok")], LM_ROLES))
     ours = {m: ok.loc[ok["label"] == m, "best_val_ppl"].tolist() for m in ("grassmann", "attention")}
     if not all(ours.values()):
         return "No Grassmann-vs-attention gap yet: a side has no finished run."
@@ -468,14 +471,14 @@ def gap_placement(frame: pd.DataFrame, published: pd.DataFrame, setting: str = "
 
 def reading_gaps(frame: pd.DataFrame, base: str = "grassmann", control: str = "attention") -> str:
     """How much the gap to ``control`` depends on reading the paper's block: each other
-    reading of ``base`` (a label "grassmann <reading>"), at its own best rate with every seed
+    reading of ``base`` (a role "grassmann <reading>", roles.LM_ROLES), at its own best rate with every seed
     run there, against ``control``'s seeds at its best rate, beside ``base`` itself on the
     same seeds and rate as that reading, so reading and mixer are compared like for like;
     and where ``control`` has run in the same reading (a label "attention <reading>", say
     the pre-LN Transformer), against that too, each at its own best rate: the reading read
     against attention in the same block. Every gap is on validation perplexity; each
     reading's gap to ``control`` is read again on test (``_test_gap``)."""
-    ok = frame[(frame["task"] == "wikitext2") & (frame["run_status"] == "ok")]
+    ok = by_role(frame[(frame["task"] == "wikitext2") & (frame["run_status"] == "ok")], LM_ROLES)
     ok = ok.assign(lr=ok["config.train.lr"])
     best = at_best_lr(ok)
     attention = best.loc[best["label"] == control, "best_val_ppl"].tolist()
