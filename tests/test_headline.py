@@ -5,6 +5,8 @@ import re
 import numpy as np
 import pandas as pd
 
+import zoo
+
 from results.paper.findings import (gap_placement, mad_agreement, mad_reach, mad_seeds, mqar_best, mqar_reach, reach_shares,
                                     reading_gaps, zoology_findings)
 from results.paper.headline import (lm_table, lr_bracket, mad_changes, mad_table, mqar_table, precision_table,
@@ -17,14 +19,20 @@ OPTIONS = {"sliding_window": {"window": 16, "n_heads": 1}, "grassmann": {}, "att
 
 
 def _mqar(label, L, d, lr, acc, state=1):
+    """A record as mqar_cpu writes it for the model ``label`` names (its config fields are
+    what the findings read it by: results.paper.roles)."""
     mixer = label.split("+")[0].split(" ")[0]
-    mixer = mixer if mixer in OPTIONS else "attention"
-    options = {**OPTIONS[mixer], **({"offsets": (1, 3, 5, 9, 13, 17)} if label.endswith("odd offsets") else {})}
+    mixer = mixer if mixer in zoo.MIXERS else "attention"
+    options = {**OPTIONS.get(mixer, {}), **({"offsets": (1, 3, 5, 9, 13, 17)} if label.endswith("odd offsets") else {})}
     model = {"mixer": mixer, "d_model": d, "n_layers": 4 if label.endswith("4L") else 2, "vocab_size": 512,
-             "max_len": L, "d_ff": 4 * d if label.endswith("+mlp") else 0, "mixer_options": options}
+             "max_len": L, "mixer_options": options,
+             "positions": "learned" if mixer == "attention" or label.endswith("+positions") else "none"}
+    if not label.endswith("+mlp"):  # the MLP control leaves d_ff to the mixer's default; the others set 0
+        model["d_ff"] = 0
     if label == "grassmann+attention":  # records_frame flattens the nested dict into columns others lack
         model["hybrid"] = {"mixer": "attention", "every": 2, "options": {"n_heads": 1}}
     flat = {f"config.model.{k}": v for k, v in model.items() if not isinstance(v, dict)}
+    flat.update({f"config.model.mixer_options.{k}": list(v) if isinstance(v, tuple) else v for k, v in options.items()})
     flat.update({f"config.model.hybrid.{k}": v for k, v in model.get("hybrid", {}).items() if k != "options"})
     return {"task": "mqar", "run_status": "ok", "label": label, "seq_len": L, "num_kv_pairs": L // 16,
             "d_model": d, "lr": lr, "accuracy": acc, "state_size": state, "seed": 0, "vocab_size": 512,

@@ -74,8 +74,7 @@ def mqar_best(frame: pd.DataFrame) -> pd.DataFrame:
 def mqar_seeds(frame: pd.DataFrame) -> pd.DataFrame:
     """The MQAR runs tried, best over learning rates per (mixer, L, width) and seed: a row
     per seed of each point (what ``mqar_best`` means over)."""
-    mqar = by_role(frame[frame["task"] == "mqar"], MQAR_ROLES)  # labels as the findings name the models
-    return best_over_lr(tried_runs(mqar), ["label", "seq_len", "d_model"])
+    return best_over_lr(tried_runs(frame[frame["task"] == "mqar"]), ["label", "seq_len", "d_model"])
 
 
 def point_text(row) -> str:
@@ -192,6 +191,7 @@ class _Points:
     rate (``complete``), and whether a better learning rate could move it (``edge_points``)."""
 
     def __init__(self, frame: pd.DataFrame):
+        frame = by_role(frame[frame["task"] == "mqar"], MQAR_ROLES)  # labelled as the findings name the models
         self.best = best = mqar_best(frame)
         self.lengths, self.widths = sorted(best["seq_len"].unique()), sorted(best["d_model"].unique())
         full = best["lrs_tried"].max()
