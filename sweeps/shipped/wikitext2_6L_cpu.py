@@ -91,6 +91,6 @@ configs += [config(label, 0, lr) for lr in sorted(LRS, key=lambda x: x != 1e-3) 
 # (2e-3 beat 1e-3: 154.3 against 190.1, 113.7 against 128.7 and 132.3 against 148.0 at seed 0),
 # so each gets the next rate beyond it, as the post-LN blend did. At 4e-3 pre-LN attention
 # fell back (150.2) but the pre-LN blend went on down (140.5), so it also runs 8e-3.
-READING_EDGE = {"grassmann pre-LN": (4e-3, 8e-3), "grassmann gated_residual": (4e-3,),
+READING_EDGE = {"grassmann pre-LN": (4e-3, 8e-3, 1.6e-2), "grassmann gated_residual": (4e-3,),
                 "attention pre-LN": (4e-3,)}
 configs += [config(label, 0, lr) for label, rates in READING_EDGE.items() for lr in rates]
