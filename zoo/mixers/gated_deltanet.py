@@ -40,7 +40,7 @@ def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
 
 class GatedDeltaNet(Mixer):
     name = "gated_deltanet"
-    fast_path = "fla chunk_gated_delta_rule (CUDA); else chunked torch WY"
+    fast_path = "fla chunk_gated_delta_rule (CUDA); a fused C++ recurrence (CPU); else chunked torch WY"
 
     def __init__(self, d_model: int, n_heads: int = 4, head_dim: int | None = None,
                  expand_v: int = 2, d_conv: int = 4, chunk_size: int | str = 16):

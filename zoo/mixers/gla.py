@@ -41,7 +41,7 @@ def _width(name: str, d_model: int, expand, what: str, n_heads: int) -> int:
 
 class GLA(Mixer):
     name = "gla"
-    fast_path = "fla chunk_gla (CUDA); else chunked torch scan (RWKV-6 core, matmul scores)"
+    fast_path = "fla chunk_gla (CUDA); a fused C++ recurrence (CPU); else chunked torch scan (RWKV-6 core)"
 
     def __init__(self, d_model: int, n_heads: int = 4, expand_k: float = 0.5,
                  expand_v: float = 1.0, gate_low_rank_dim: int = 16,

@@ -4,9 +4,10 @@
 
 per head h with a fixed decay gamma_h, rotary positions on q and k, GroupNorm per
 head, a swish gate and an output projection. The recurrence runs on the RWKV-6 core
-(zoo.ops.rwkv6_scan) on CUDA, so fla's kernel serves it; on CPU its fixed decay makes
-each chunk a masked, decayed attention (``zoo.ops.retention``, beside its step-by-step
-reference).
+(zoo.ops.rwkv6_scan) on CUDA, so fla's kernel serves it; on CPU it is GLA's fused
+recurrence with a constant decay (``zoo.ops.matrix_scan``), and in the torch path its
+fixed decay makes each chunk a masked, decayed attention (``zoo.ops.retention``, beside
+its step-by-step reference).
 
 Choices:
 - decays: gamma_h = 1 - 2^(-5 - h') with h' = linspace(0, 4, H), i.e. memory spans
@@ -52,7 +53,8 @@ def rope(x: torch.Tensor, start: int = 0) -> torch.Tensor:
 
 class RetNet(Mixer):
     name = "retnet"
-    fast_path = "fla chunk_rwkv6 with fixed decay (CUDA); else chunked masked, decayed attention"
+    fast_path = ("fla chunk_rwkv6 with fixed decay (CUDA); a fused C++ recurrence (CPU); "
+                 "else chunked masked, decayed attention")
 
     def __init__(self, d_model: int, n_heads: int = 4, expand_v: int = 2, chunk_size: int | str = 32):
         super().__init__()

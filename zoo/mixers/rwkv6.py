@@ -24,7 +24,7 @@ from .base import Mixer, check_chunk_size, check_positive, chunked_linear_attent
 
 class RWKV6(Mixer):
     name = "rwkv6"
-    fast_path = "fla chunk_rwkv6 (CUDA); else chunked torch scan (matmul scores)"
+    fast_path = "fla chunk_rwkv6 (CUDA); a fused C++ recurrence (CPU); else chunked torch scan (matmul scores)"
 
     def __init__(self, d_model: int, head_size: int = 32, mix_rank: int = 32,
                  decay_rank: int = 64, chunk_size: int | str = 32):

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 
 from .chunks import chunk_plan, matmul_range, own_precision, unit_lower_solve
 from .fastpath import Kernel
+from .matrix_scan import delta_scan_fused_cpu, fused_scan_runs
 from .recurrent_step import delta_step, step_backend, step_kernel_runs
 
 # 0.1.0 took (B, H, L, K) by default (head_first=True); 0.1.1 made (B, L, H, K), the layout we
@@ -51,14 +52,21 @@ CHUNK_GATED_DELTA_RULE = Kernel("fla.ops.gated_delta_rule", "chunk_gated_delta_r
 
 def delta_rule_backend(x: torch.Tensor) -> str:
     """The implementation ``gated_delta_rule`` runs for inputs like ``x``."""
-    return "fla" if CHUNK_GATED_DELTA_RULE.usable(x) else "torch_chunked"
+    if CHUNK_GATED_DELTA_RULE.usable(x):
+        return "fla"
+    return "cpu_fused" if fused_scan_runs(x) else "torch_chunked"
 
 
 def gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
                      chunk_size=32):
     """Returns (o (B, L, H, V), final state (B, H, K, V) or None). fla's chunk kernel on CUDA
-    when importable (it picks its own chunk size), else ``gated_delta_rule_chunked``."""
-    if delta_rule_backend(q) == "torch_chunked":
+    when importable (it picks its own chunk size); on the CPU the fused recurrence
+    (``zoo.ops.matrix_scan``, ``chunk_size`` steps between the states it keeps); else
+    ``gated_delta_rule_chunked``."""
+    backend = delta_rule_backend(q)
+    if backend == "cpu_fused":
+        return delta_scan_fused_cpu(q, k, v, g, beta, scale, initial_state, output_final_state, chunk_size)
+    if backend == "torch_chunked":
         return gated_delta_rule_chunked(q, k, v, g, beta, scale, initial_state,
                                         output_final_state, chunk_size)
     return CHUNK_GATED_DELTA_RULE(q, k, v, g, beta, scale=scale, initial_state=initial_state,

@@ -12,7 +12,8 @@ with gk the LOG decay (gk <= 0) and scale defaulting to K^-0.5 as in fla.
 Three forms, each checkable against the others:
 - ``gla_ref``: the recurrence one step at a time, the readable definition;
 - ``gla_chunked``: the same on the RWKV-6 chunk core (zoo.ops.rwkv6), linear in L;
-- ``gla``: fla's fused ``chunk_gla`` on CUDA when usable, else ``gla_chunked``;
+- ``gla``: fla's fused ``chunk_gla`` on CUDA when usable, on the CPU the fused recurrence
+  (``zoo.ops.matrix_scan``), else ``gla_chunked``;
 - ``gla_recurrent`` (a decode step): fla's ``fused_recurrent_gla`` on CUDA, else ``gla_ref``.
 
 Mapping onto the RWKV-6 core. RWKV-6 reads the state BEFORE the update and adds the
@@ -37,6 +38,7 @@ from __future__ import annotations
 import torch
 
 from .chunks import own_precision
+from .matrix_scan import decay_scan_fused_cpu, fused_scan_runs
 from .fastpath import Kernel
 from .recurrent_step import decay_step, step_backend, step_kernel_runs
 from .rwkv6 import rwkv6_scan_chunked
@@ -52,7 +54,9 @@ FUSED_RECURRENT_GLA = Kernel("fla.ops.gla", "fused_recurrent_gla", "flash-linear
 
 def gla_backend(x: torch.Tensor) -> str:
     """The implementation ``gla`` runs for inputs like ``x``."""
-    return "fla" if CHUNK_GLA.usable(x) else "torch_chunked"
+    if CHUNK_GLA.usable(x):
+        return "fla"
+    return "cpu_fused" if fused_scan_runs(x) else "torch_chunked"
 
 
 @own_precision
@@ -95,9 +99,13 @@ def gla_chunked(q, k, v, gk, scale=None, initial_state=None, output_final_state=
 
 def gla(q, k, v, gk, scale=None, initial_state=None, output_final_state=False,
         chunk_size=32):
-    """GLA recurrence; fla's ``chunk_gla`` on CUDA when usable, else ``gla_chunked``.
-    Same arguments and returns as ``gla_chunked`` (fla picks its own chunk size)."""
-    if gla_backend(q) == "torch_chunked":
+    """GLA recurrence; fla's ``chunk_gla`` on CUDA when usable, on the CPU the fused
+    recurrence (``zoo.ops.matrix_scan``), else ``gla_chunked``. Same arguments and returns
+    as ``gla_chunked`` (fla picks its own chunk size)."""
+    backend = gla_backend(q)
+    if backend == "cpu_fused":
+        return decay_scan_fused_cpu(q, k, v, gk, None, scale, initial_state, output_final_state, chunk_size)
+    if backend == "torch_chunked":
         return gla_chunked(q, k, v, gk, scale, initial_state, output_final_state, chunk_size)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     # chunk_gla asserts an fp32 initial state (it accumulates the state in fp32)

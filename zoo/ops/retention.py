@@ -1,11 +1,13 @@
 """Multi-scale retention (RetNet): a linear attention with a fixed decay per head, run on
-fla's RWKV-6 kernel where it imports (``retention_as_rwkv6``), else chunked in PyTorch,
-with the step-by-step ``retention_ref`` beside it."""
+fla's RWKV-6 kernel where it imports (``retention_as_rwkv6``), on the CPU as GLA's fused
+recurrence with a constant decay (``zoo.ops.matrix_scan``), else chunked in PyTorch, with
+the step-by-step ``retention_ref`` beside it."""
 from __future__ import annotations
 
 import torch
 
 from .chunks import chunk_plan, own_precision, split_chunks
+from .matrix_scan import decay_scan_fused_cpu
 from .recurrent_step import decay_step, step_kernel_runs
 from .rwkv6 import FUSED_RECURRENT_RWKV6, rwkv6_backend, rwkv6_recurrent, rwkv6_scan
 
@@ -14,10 +16,15 @@ def retention(q, k, v, log_gamma, scale=None, initial_state=None, output_final_s
     """o_t = scale * q_t S_t with S_t = gamma S_{t-1} + k_t^T v_t, per head.
     q, k: (B, L, H, K); v: (B, L, H, V); log_gamma: (H,). Returns like rwkv6_scan:
     (o (B, L, H, V) in v's dtype, final state (B, H, K, V) in fp32/fp64, or None).
-    fla's chunk_rwkv6 on CUDA when usable (``retention_as_rwkv6``), else
-    ``retention_chunked``."""
-    if rwkv6_backend(q) == "fla":
+    fla's chunk_rwkv6 on CUDA when usable (``retention_as_rwkv6``); on the CPU the fused
+    recurrence with log gamma as every step's log decay (``chunk_size`` steps between the
+    states it keeps); else ``retention_chunked``."""
+    backend = rwkv6_backend(q)
+    if backend == "fla":
         return retention_as_rwkv6(q, k, v, log_gamma, scale, initial_state, output_final_state)
+    if backend == "cpu_fused":
+        w = log_gamma.view(1, 1, -1, 1).expand(*q.shape[:3], 1)  # (B, L, H, 1), read in place
+        return decay_scan_fused_cpu(q, k, v, w, None, scale, initial_state, output_final_state, chunk_size)
     return retention_chunked(q, k, v, log_gamma, scale, initial_state, output_final_state,
                              chunk_size)
 

@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from .chunks import chunk_plan, intra_chunk_scores, own_precision, split_chunks
+from .matrix_scan import decay_scan_fused_cpu, fused_scan_runs
 from .fastpath import Kernel
 from .recurrent_step import decay_step, step_backend, step_kernel_runs
 
@@ -92,14 +93,21 @@ class _DDLerp(torch.autograd.Function):
 
 def rwkv6_backend(x: torch.Tensor) -> str:
     """The implementation ``rwkv6_scan`` runs for inputs like ``x``."""
-    return "fla" if CHUNK_RWKV6.usable(x) else "torch_chunked"
+    if CHUNK_RWKV6.usable(x):
+        return "fla"
+    return "cpu_fused" if fused_scan_runs(x) else "torch_chunked"
 
 
 def rwkv6_scan(q, k, v, w, u, scale=None, initial_state=None, output_final_state=False,
                chunk_size=64):
     """RWKV-6 recurrence; returns (o (B, L, H, V), final state (B, H, K, V) or None).
-    fla's fused kernel on CUDA when importable, else ``rwkv6_scan_chunked``."""
-    if rwkv6_backend(q) == "torch_chunked":
+    fla's fused kernel on CUDA when importable; on the CPU the fused recurrence
+    (``zoo.ops.matrix_scan``, ``chunk_size`` steps between the states it keeps), else
+    ``rwkv6_scan_chunked``."""
+    backend = rwkv6_backend(q)
+    if backend == "cpu_fused":
+        return decay_scan_fused_cpu(q, k, v, w, u, scale, initial_state, output_final_state, chunk_size)
+    if backend == "torch_chunked":
         return rwkv6_scan_chunked(q, k, v, w, u, scale, initial_state, output_final_state,
                                 chunk_size)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
