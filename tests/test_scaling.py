@@ -1,6 +1,9 @@
 """Long-context scaling / the mixer benchmark: the timing helper, FLOP estimates,
 failed points as rows (oom, timeout), the CLI's CSV, and quick pytest-benchmark cases."""
 import csv
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -69,6 +72,23 @@ def test_the_warm_up_lasts_until_a_call_leaves_the_heap_as_it_found_it():
     kept.clear()
     t = measure(growing(3), warmup=1, repeats=3)  # without settle: the calls asked for, no more
     assert t["warmup_calls"] == 1 and t["minor_faults"] >= 2 * (4 << 20) // 4096 // 2
+
+
+@pytest.mark.skipif(not (sys.platform == "linux" and (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")),
+                    reason="glibc's allocator only")
+def test_a_reserved_heap_serves_later_growth_without_page_faults():
+    """In a fresh process: 64 MiB of new tensors fault in their 16,384 pages, unless the heap
+    was reserved first (and reserving needs the tuned allocator)."""
+    code = ("import resource, torch; from tasks.engine.allocator import reserve_heap, tune_malloc\n"
+            "import sys; reserved = reserve_heap(1 << 27)\n"
+            "tuned = tune_malloc(); reserved = reserve_heap(1 << 27) if sys.argv[1] == 'reserve' else reserved\n"
+            "before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
+            "kept = [torch.empty(2 ** 22).fill_(1.0) for _ in range(4)]\n"
+            "print(tuned, reserved, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)")
+    runs = {way: subprocess.run([sys.executable, "-c", code, way], capture_output=True, text=True, check=True).stdout.split()
+            for way in ("reserve", "grow")}
+    assert runs["reserve"][:2] == ["True", "True"] and int(runs["reserve"][2]) < 1000
+    assert runs["grow"][:2] == ["True", "False"] and int(runs["grow"][2]) > 15000
 
 
 def test_measure_stops_at_the_deadline():
