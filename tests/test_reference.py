@@ -88,8 +88,8 @@ def test_written_states_are_read_from_the_list_of_runs_not_ok():
     assert written_states("# a report\n\n## wikitext2\n\n| 0123456789ab | x | ok |\n") == {}
 
 
-@pytest.mark.parametrize("name", ["trainstep_cpu.csv", "trainstep_cpu_3a542b3.csv", "trainstep_cpu_d08475b.csv",
-                                  "trainstep_cpu_before.csv"])
+@pytest.mark.parametrize("name", ["trainstep_cpu.csv", "trainstep_cpu_0141c2a.csv", "trainstep_cpu_avx512.csv",
+                                  "trainstep_cpu_3a542b3.csv", "trainstep_cpu_d08475b.csv", "trainstep_cpu_before.csv"])
 def test_readme_training_step_tables_are_the_committed_csvs(name):
     """The README's CPU training-step tables are tasks.benchmarks.trainstep's tables of the committed
     CSVs, verbatim, and each CSV says which command made it."""
