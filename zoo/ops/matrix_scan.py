@@ -31,10 +31,12 @@ from . import cpu_kernels
 
 SCAN_CPP = "matrix_scan_cpu.cpp"
 _P, _N, _D = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double
-SCAN_SIGNATURES = {**{f"decay_scan_fwd_{s}": (_P,) * 10 + (_N,) * 7 + (_D,) for s in ("f32", "f64")},
-                   **{f"decay_scan_bwd_{s}": (_P,) * 15 + (_N,) * 7 + (_D,) for s in ("f32", "f64")},
-                   **{f"delta_scan_fwd_{s}": (_P,) * 10 + (_N,) * 6 + (_D,) for s in ("f32", "f64")},
-                   **{f"delta_scan_bwd_{s}": (_P,) * 15 + (_N,) * 6 + (_D,) for s in ("f32", "f64")}}
+# Both kernels take the same arguments: forward q, k, v, a, b, S0, strides, o, S, S_chunks,
+# then batch, H, L, K, V, Kw, T and scale; backward q, k, v, a, b, strides, S_chunks, do, dS,
+# dq, dk, dv, da, db, dS0 and the same sizes. (a, b) is (w, u) for the decay recurrence and
+# (g, beta) for the delta rule.
+SCAN_SIGNATURES = {f"{kind}_scan_{way}_{s}": (_P,) * n + (_N,) * 7 + (_D,)
+                   for kind in ("decay", "delta") for way, n in (("fwd", 10), ("bwd", 15)) for s in ("f32", "f64")}
 
 
 def fused_scan_runs(*tensors: torch.Tensor | None) -> bool:
@@ -47,21 +49,37 @@ def fused_scan_runs(*tensors: torch.Tensor | None) -> bool:
 
 def decay_scan_fused_cpu(q, k, v, w, u=None, scale=None, initial_state=None, output_final_state=False,
                          chunk_size=64):
-    """The recurrence above through the C++ kernel; (o (B, L, H, V) in v's dtype, the final
-    state (B, H, K, V) in the accumulation dtype (float32, or float64) or None), as the
+    """The decay recurrence above through the C++ kernel; (o (B, L, H, V) in v's dtype, the
+    final state (B, H, K, V) in the accumulation dtype (float32, or float64) or None), as the
     references return them. Every input, ``initial_state`` included, gets its gradient.
     ``chunk_size``: steps between the states the forward keeps for the backward."""
-    if chunk_size <= 0:
-        raise ValueError(f"decay_scan: chunk_size must be positive, got {chunk_size}")
-    B, L, H, K = q.shape
+    K = q.shape[-1]
     if w.shape[-1] not in (1, K) or k.shape[-1] != K:
         raise ValueError(f"decay_scan: w's last dim must be 1 or K = {K}, got {tuple(w.shape)}")
+    return _fused("decay", q, k, v, w, u, scale, initial_state, output_final_state, chunk_size)
+
+
+def delta_scan_fused_cpu(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+                         chunk_size=64):
+    """The gated delta rule (``zoo.ops.delta_rule``) through the C++ kernel: q, k (B, L, H, K),
+    v (B, L, H, V), g (log decay) and beta (B, L, H), state (B, H, K, V). Returns as
+    ``gated_delta_rule_ref`` does: o in v's dtype, the final state in the accumulation dtype
+    (or None). ``chunk_size``: steps between the states the forward keeps for the backward."""
+    return _fused("delta", q, k, v, g[..., None], beta[..., None], scale, initial_state, output_final_state,
+                  chunk_size)  # g, beta as (B, L, H, 1): strides as the others'
+
+
+def _fused(kind, q, k, v, a, b, scale, initial_state, output_final_state, chunk_size):
+    if chunk_size <= 0:
+        raise ValueError(f"{kind}_scan: chunk_size must be positive, got {chunk_size}")
+    L, K = q.shape[1], q.shape[-1]
     scale = K ** -0.5 if scale is None else scale
     out_dtype, acc = v.dtype, torch.promote_types(v.dtype, torch.float32)
-    q, k, v, w = (_last_contiguous(t.to(acc)) for t in (q, k, v, w))
-    u = None if u is None else u.to(acc).contiguous()
+    q, k, v, a = (_last_contiguous(t.to(acc)) for t in (q, k, v, a))
+    if b is not None:  # u (H, K) is read whole; beta (B, L, H, 1) through its strides
+        b = b.to(acc).contiguous() if kind == "decay" else b.to(acc)
     S0 = None if initial_state is None else initial_state.to(acc).contiguous()
-    o, S = _DecayScan.apply(q, k, v, w, u, S0, float(scale), int(min(chunk_size, max(L, 1))))
+    o, S = _MatrixScan.apply(kind, q, k, v, a, b, S0, float(scale), int(min(chunk_size, max(L, 1))))
     return o.to(out_dtype), (S if output_final_state else None)
 
 
@@ -74,121 +92,58 @@ def _strides(*tensors: torch.Tensor) -> torch.Tensor:
     return torch.tensor([s for t in tensors for s in t.stride()[:3]], dtype=torch.int64)
 
 
-class _DecayScan(torch.autograd.Function):
+def _ptr(t: torch.Tensor | None, b0: int = 0):
+    return None if t is None else cpu_kernels.row_address(t, b0)
+
+
+class _MatrixScan(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, w, u, S0, scale, T):
+    def forward(ctx, kind, q, k, v, a, b, S0, scale, T):
         B, L, H, K = q.shape
-        V, Kw = v.shape[-1], w.shape[-1]
+        V, Kw = v.shape[-1], a.shape[-1]
         lib = cpu_kernels.library(SCAN_CPP, SCAN_SIGNATURES)
-        f64 = q.dtype == torch.float64
-        fwd = lib.decay_scan_fwd_f64 if f64 else lib.decay_scan_fwd_f32
-        strides = _strides(q, k, v, w)
-        nc = -(-L // T)
-        o = q.new_empty(B, L, H, V)
-        S = q.new_empty(B, H, K, V)
-        S_chunks = q.new_empty(B, H, nc, K, V)
+        suffix = "f64" if q.dtype == torch.float64 else "f32"
+        fwd = getattr(lib, f"{kind}_scan_fwd_{suffix}")
+        strides = _strides(q, k, v, a, a if kind == "decay" else b)  # the decay kernel reads the first four
+        o, S = q.new_empty(B, L, H, V), q.new_empty(B, H, K, V)
+        S_chunks = q.new_empty(B, H, -(-L // T), K, V)
+        b_rows = kind == "delta"  # beta has batch rows; RWKV-6's u is one (H, K) for all
         at = cpu_kernels.row_address
 
         def run(b0, b1):
-            fwd(at(q, b0), at(k, b0), at(v, b0), at(w, b0), _ptr(u), None if S0 is None else at(S0, b0),
+            fwd(at(q, b0), at(k, b0), at(v, b0), at(a, b0), _ptr(b, b0 if b_rows else 0), _ptr(S0, b0),
                 strides.data_ptr(), at(o, b0), at(S, b0), at(S_chunks, b0), b1 - b0, H, L, K, V, Kw, T, scale)
 
         cpu_kernels.over_batch(run, B)
-        ctx.save_for_backward(q, k, v, w, u, S0, S_chunks, strides)
-        ctx.scale, ctx.T = scale, T
+        ctx.save_for_backward(q, k, v, a, b, S0, S_chunks, strides)
+        ctx.kind, ctx.scale, ctx.T = kind, scale, T
         ctx.set_materialize_grads(False)  # no zero-filled d(final state) when it is unused
         return o, S
 
     @staticmethod
     @once_differentiable
     def backward(ctx, do, dS):
-        q, k, v, w, u, S0, S_chunks, strides = ctx.saved_tensors
+        q, k, v, a, b, S0, S_chunks, strides = ctx.saved_tensors
         B, L, H, K = q.shape
-        V, Kw = v.shape[-1], w.shape[-1]
+        V, Kw = v.shape[-1], a.shape[-1]
         lib = cpu_kernels.library(SCAN_CPP, SCAN_SIGNATURES)
-        bwd = lib.decay_scan_bwd_f64 if q.dtype == torch.float64 else lib.decay_scan_bwd_f32
+        bwd = getattr(lib, f"{ctx.kind}_scan_bwd_{'f64' if q.dtype == torch.float64 else 'f32'}")
         do = q.new_zeros(B, L, H, V) if do is None else do.to(q.dtype).contiguous()
         dS = None if dS is None else dS.to(q.dtype).contiguous()
-        dq, dk = q.new_empty(B, L, H, K), q.new_empty(B, L, H, K)
-        dv, dw = q.new_empty(B, L, H, V), q.new_empty(B, L, H, Kw)
-        du = None if u is None else q.new_empty(B, H, K)
+        dq, dk, dv, da = (q.new_empty(B, L, H, X) for X in (K, K, V, Kw))  # contiguous, as the kernel writes them
+        b_rows = ctx.kind == "delta"
+        # d beta per step; du per batch row (the slices run at once), summed below
+        db = None if b is None else (q.new_empty(B, L, H, 1) if b_rows else q.new_empty(B, H, K))
         dS0 = None if S0 is None else q.new_empty(B, H, K, V)
         at = cpu_kernels.row_address
 
         def run(b0, b1):
-            bwd(at(q, b0), at(k, b0), at(v, b0), at(w, b0), _ptr(u), strides.data_ptr(), at(S_chunks, b0),
-                at(do, b0), None if dS is None else at(dS, b0), at(dq, b0), at(dk, b0), at(dv, b0),
-                at(dw, b0), None if du is None else at(du, b0), None if dS0 is None else at(dS0, b0),
-                b1 - b0, H, L, K, V, Kw, ctx.T, ctx.scale)
+            bwd(at(q, b0), at(k, b0), at(v, b0), at(a, b0), _ptr(b, b0 if b_rows else 0), strides.data_ptr(),
+                at(S_chunks, b0), at(do, b0), _ptr(dS, b0), at(dq, b0), at(dk, b0), at(dv, b0), at(da, b0),
+                _ptr(db, b0), _ptr(dS0, b0), b1 - b0, H, L, K, V, Kw, ctx.T, ctx.scale)
 
         cpu_kernels.over_batch(run, B)
+        if db is not None and not b_rows:
+            db = db.sum(0)
         # gradients in the inputs' full shapes: autograd sums those of broadcast views
-        return dq, dk, dv, dw, None if du is None else du.sum(0), dS0, None, None
-
-
-def _ptr(t: torch.Tensor | None):
-    return None if t is None else t.data_ptr()
-
-
-def delta_scan_fused_cpu(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
-                         chunk_size=64):
-    """The gated delta rule (``zoo.ops.delta_rule``) through the C++ kernel: q, k (B, L, H, K),
-    v (B, L, H, V), g (log decay) and beta (B, L, H), state (B, H, K, V). Returns as
-    ``gated_delta_rule_ref`` does: o in v's dtype, the final state in the accumulation dtype
-    (or None). ``chunk_size``: steps between the states the forward keeps for the backward."""
-    if chunk_size <= 0:
-        raise ValueError(f"delta_scan: chunk_size must be positive, got {chunk_size}")
-    B, L, H, K = q.shape
-    scale = K ** -0.5 if scale is None else scale
-    out_dtype, acc = v.dtype, torch.promote_types(v.dtype, torch.float32)
-    q, k, v = (_last_contiguous(t.to(acc)) for t in (q, k, v))
-    g, beta = g.to(acc)[..., None], beta.to(acc)[..., None]  # (B, L, H, 1): strides as the others'
-    S0 = None if initial_state is None else initial_state.to(acc).contiguous()
-    o, S = _DeltaScan.apply(q, k, v, g, beta, S0, float(scale), int(min(chunk_size, max(L, 1))))
-    return o.to(out_dtype), (S if output_final_state else None)
-
-
-class _DeltaScan(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, g, beta, S0, scale, T):
-        B, L, H, K = q.shape
-        V = v.shape[-1]
-        lib = cpu_kernels.library(SCAN_CPP, SCAN_SIGNATURES)
-        fwd = lib.delta_scan_fwd_f64 if q.dtype == torch.float64 else lib.delta_scan_fwd_f32
-        strides = _strides(q, k, v, g, beta)
-        o, S = q.new_empty(B, L, H, V), q.new_empty(B, H, K, V)
-        S_chunks = q.new_empty(B, H, -(-L // T), K, V)
-        at = cpu_kernels.row_address
-
-        def run(b0, b1):
-            fwd(at(q, b0), at(k, b0), at(v, b0), at(g, b0), at(beta, b0), None if S0 is None else at(S0, b0),
-                strides.data_ptr(), at(o, b0), at(S, b0), at(S_chunks, b0), b1 - b0, H, L, K, V, T, scale)
-
-        cpu_kernels.over_batch(run, B)
-        ctx.save_for_backward(q, k, v, g, beta, S0, S_chunks, strides)
-        ctx.scale, ctx.T = scale, T
-        ctx.set_materialize_grads(False)
-        return o, S
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, do, dS):
-        q, k, v, g, beta, S0, S_chunks, strides = ctx.saved_tensors
-        B, L, H, K = q.shape
-        V = v.shape[-1]
-        lib = cpu_kernels.library(SCAN_CPP, SCAN_SIGNATURES)
-        bwd = lib.delta_scan_bwd_f64 if q.dtype == torch.float64 else lib.delta_scan_bwd_f32
-        do = q.new_zeros(B, L, H, V) if do is None else do.to(q.dtype).contiguous()
-        dS = None if dS is None else dS.to(q.dtype).contiguous()
-        dq, dk, dv = q.new_empty(B, L, H, K), q.new_empty(B, L, H, K), q.new_empty(B, L, H, V)
-        dg, dbeta = q.new_empty(B, L, H, 1), q.new_empty(B, L, H, 1)
-        dS0 = None if S0 is None else q.new_empty(B, H, K, V)
-        at = cpu_kernels.row_address
-
-        def run(b0, b1):
-            bwd(at(q, b0), at(k, b0), at(v, b0), at(g, b0), at(beta, b0), strides.data_ptr(), at(S_chunks, b0),
-                at(do, b0), None if dS is None else at(dS, b0), at(dq, b0), at(dk, b0), at(dv, b0), at(dg, b0),
-                at(dbeta, b0), None if dS0 is None else at(dS0, b0), b1 - b0, H, L, K, V, ctx.T, ctx.scale)
-
-        cpu_kernels.over_batch(run, B)
-        return dq, dk, dv, dg, dbeta, dS0, None, None
+        return None, dq, dk, dv, da, db, dS0, None, None

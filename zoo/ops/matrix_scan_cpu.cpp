@@ -349,18 +349,18 @@ DECAY_SCAN(double, f64)
 #define DELTA_SCAN(S, suffix)                                                                              \
     extern "C" void delta_scan_fwd_##suffix(const S* q, const S* k, const S* v, const S* g, const S* beta, \
                                             const S* S0, const i64* strides, S* o, S* S_last,              \
-                                            S* S_chunks, i64 batch, i64 H, i64 L, i64 K, i64 V, i64 T,     \
-                                            double scale) {                                                \
-        delta_fwd<S>(q, k, v, g, beta, S0, strides, o, S_last, S_chunks, Dims{batch, H, L, K, V, 1, T},    \
+                                            S* S_chunks, i64 batch, i64 H, i64 L, i64 K, i64 V, i64 Kw,    \
+                                            i64 T, double scale) {                                         \
+        delta_fwd<S>(q, k, v, g, beta, S0, strides, o, S_last, S_chunks, Dims{batch, H, L, K, V, Kw, T},   \
                      S(scale));                                                                            \
     }                                                                                                      \
     extern "C" void delta_scan_bwd_##suffix(const S* q, const S* k, const S* v, const S* g, const S* beta, \
                                             const i64* strides, const S* S_chunks, const S* dout,          \
                                             const S* dS_last, S* dq, S* dk, S* dv, S* dg, S* dbeta,        \
-                                            S* dS0, i64 batch, i64 H, i64 L, i64 K, i64 V, i64 T,          \
+                                            S* dS0, i64 batch, i64 H, i64 L, i64 K, i64 V, i64 Kw, i64 T,  \
                                             double scale) {                                                \
         delta_bwd<S>(q, k, v, g, beta, strides, S_chunks, dout, dS_last, dq, dk, dv, dg, dbeta, dS0,       \
-                     Dims{batch, H, L, K, V, 1, T}, S(scale));                                             \
+                     Dims{batch, H, L, K, V, Kw, T}, S(scale));                                            \
     }
 
 DELTA_SCAN(float, f32)
