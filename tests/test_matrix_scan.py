@@ -169,3 +169,20 @@ def test_off_the_cpu_or_with_kernels_off_the_chunked_forms_run(monkeypatch):
     assert not fused_scan_runs(x)
     assert rwkv6_backend(x) == gla_backend(x) == delta_rule_backend(x) == "torch_chunked"
     assert not fused_scan_runs(torch.zeros(1, device="meta"))
+
+
+@needs_kernel
+def test_two_threads_split_the_batch_and_change_no_bit():
+    """Each thread runs a slice of the batch and writes only its rows (RWKV-6's du per row,
+    summed after): the results equal one thread's bit for bit."""
+    x, xd = make(5, 33, 3, 8, 16, dtype=torch.float32), make_delta(5, 33, 3, 8, 16, dtype=torch.float32)
+    threads = torch.get_num_threads()
+    try:
+        runs = []
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            runs.append((run(fused(8), x), run(lambda **kw: delta_scan_fused_cpu(chunk_size=8, **kw), xd)))
+    finally:
+        torch.set_num_threads(threads)
+    for (o1, S1, g1), (o2, S2, g2) in zip(*runs):
+        assert torch.equal(o1, o2) and torch.equal(S1, S2) and all(torch.equal(g1[n], g2[n]) for n in g1)
