@@ -88,7 +88,7 @@ class _FusedConv(torch.autograd.Function):
         at = cpu_kernels.row_address
 
         def run(b0, b1):
-            fwd(at(x, b0), at(taps), None if bias_c is None else at(bias_c), at(y, b0),
+            fwd(at(x, b0), at(taps), at(bias_c), at(y, b0),
                 b1 - b0, L, C, W, x.stride(0), x.stride(1), int(silu))
 
         cpu_kernels.over_batch(run, B)
@@ -107,7 +107,7 @@ class _FusedConv(torch.autograd.Function):
 
         def run(b0, b1):
             dtaps, dbias = x.new_empty(W, C), x.new_empty(C)
-            ctx.bwd(at(x, b0), at(taps), None if bias is None else at(bias), at(dy, b0),
+            ctx.bwd(at(x, b0), at(taps), at(bias), at(dy, b0),
                     at(dx, b0), at(dtaps), at(dbias), b1 - b0, L, C, W, x.stride(0), x.stride(1),
                     int(ctx.silu))
             parts.append((dtaps, dbias))

@@ -158,6 +158,7 @@ def over_batch(call: Callable[[int, int], None], batch: int) -> None:
         future.result()
 
 
-def row_address(t: torch.Tensor, b0: int = 0) -> int:
-    """Address of row b0 of contiguous tensor ``t`` (its first element for b0 = 0)."""
-    return t.data_ptr() + b0 * t.stride(0) * t.element_size()
+def row_address(t: torch.Tensor | None, b0: int = 0) -> int | None:
+    """Address of row b0 of contiguous tensor ``t`` (its first element for b0 = 0); None,
+    a null pointer to the kernel, for an absent optional input."""
+    return None if t is None else t.data_ptr() + b0 * t.stride(0) * t.element_size()

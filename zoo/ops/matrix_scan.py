@@ -92,10 +92,6 @@ def _strides(*tensors: torch.Tensor) -> torch.Tensor:
     return torch.tensor([s for t in tensors for s in t.stride()[:3]], dtype=torch.int64)
 
 
-def _ptr(t: torch.Tensor | None, b0: int = 0):
-    return None if t is None else cpu_kernels.row_address(t, b0)
-
-
 class _MatrixScan(torch.autograd.Function):
     @staticmethod
     def forward(ctx, kind, q, k, v, a, b, S0, scale, T):
@@ -111,7 +107,7 @@ class _MatrixScan(torch.autograd.Function):
         at = cpu_kernels.row_address
 
         def run(b0, b1):
-            fwd(at(q, b0), at(k, b0), at(v, b0), at(a, b0), _ptr(b, b0 if b_rows else 0), _ptr(S0, b0),
+            fwd(at(q, b0), at(k, b0), at(v, b0), at(a, b0), at(b, b0 if b_rows else 0), at(S0, b0),
                 strides.data_ptr(), at(o, b0), at(S, b0), at(S_chunks, b0), b1 - b0, H, L, K, V, Kw, T, scale)
 
         cpu_kernels.over_batch(run, B)
@@ -138,9 +134,9 @@ class _MatrixScan(torch.autograd.Function):
         at = cpu_kernels.row_address
 
         def run(b0, b1):
-            bwd(at(q, b0), at(k, b0), at(v, b0), at(a, b0), _ptr(b, b0 if b_rows else 0), strides.data_ptr(),
-                at(S_chunks, b0), at(do, b0), _ptr(dS, b0), at(dq, b0), at(dk, b0), at(dv, b0), at(da, b0),
-                _ptr(db, b0), _ptr(dS0, b0), b1 - b0, H, L, K, V, Kw, ctx.T, ctx.scale)
+            bwd(at(q, b0), at(k, b0), at(v, b0), at(a, b0), at(b, b0 if b_rows else 0), strides.data_ptr(),
+                at(S_chunks, b0), at(do, b0), at(dS, b0), at(dq, b0), at(dk, b0), at(dv, b0), at(da, b0),
+                at(db, b0), at(dS0, b0), b1 - b0, H, L, K, V, Kw, ctx.T, ctx.scale)
 
         cpu_kernels.over_batch(run, B)
         if db is not None and not b_rows:

@@ -72,7 +72,7 @@ def decay_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: torch.Tenso
 
     def run(b0, b1):
         fn(at(q, b0), at(k, b0), at(v, b0), at(w, b0), None if u is None else u.data_ptr(),
-           None if S0 is None else at(S0, b0), at(S, b0), at(o, b0), b1 - b0, H, L, K, V, K ** -0.5 if scale is None else scale)
+           at(S0, b0), at(S, b0), at(o, b0), b1 - b0, H, L, K, V, K ** -0.5 if scale is None else scale)
 
     cpu_kernels.over_batch(run, B)
     return o, S
@@ -99,7 +99,7 @@ def delta_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tenso
     at = cpu_kernels.row_address
 
     def run(b0, b1):
-        fn(at(q, b0), at(k, b0), at(v, b0), at(g, b0), at(beta, b0), None if S0 is None else at(S0, b0),
+        fn(at(q, b0), at(k, b0), at(v, b0), at(g, b0), at(beta, b0), at(S0, b0),
            at(S, b0), at(o, b0), b1 - b0, H, L, K, V, K ** -0.5 if scale is None else scale)
 
     cpu_kernels.over_batch(run, B)

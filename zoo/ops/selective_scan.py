@@ -226,8 +226,8 @@ class _FusedScan(torch.autograd.Function):
         at = cpu_kernels.row_address
 
         def run(b0, b1):
-            fwd(at(u, b0), at(dt, b0), _at(z, b0), at(A), _at(D), _at(bias), at(B, b0), at(C, b0),
-                strides.data_ptr(), at(y, b0), _at(y_pre, b0), at(h_last, b0), at(h_chunks, b0), b1 - b0, dim, L, n,
+            fwd(at(u, b0), at(dt, b0), at(z, b0), at(A), at(D), at(bias), at(B, b0), at(C, b0),
+                strides.data_ptr(), at(y, b0), at(y_pre, b0), at(h_last, b0), at(h_chunks, b0), b1 - b0, dim, L, n,
                 G, T, int(softplus))
 
         cpu_kernels.over_batch(run, batch)
@@ -251,20 +251,15 @@ class _FusedScan(torch.autograd.Function):
         at = cpu_kernels.row_address
 
         def run(b0, b1):
-            ctx.bwd(at(u, b0), at(dt, b0), _at(z, b0), at(A), _at(D), _at(bias), at(B, b0),
-                    at(C, b0), strides.data_ptr(), at(h_chunks, b0), _at(y_pre, b0), at(dy, b0),
-                    _at(dh_last, b0), at(du, b0), at(ddt, b0), _at(dz, b0), at(dA, b0), at(dB, b0),
+            ctx.bwd(at(u, b0), at(dt, b0), at(z, b0), at(A), at(D), at(bias), at(B, b0),
+                    at(C, b0), strides.data_ptr(), at(h_chunks, b0), at(y_pre, b0), at(dy, b0),
+                    at(dh_last, b0), at(du, b0), at(ddt, b0), at(dz, b0), at(dA, b0), at(dB, b0),
                     at(dC, b0), at(dD, b0), at(dbias, b0), b1 - b0, dim, L, n, G, ctx.T,
                     int(ctx.softplus))
 
         cpu_kernels.over_batch(run, batch)
         return (None, du, ddt, dA.sum(0), dB, dC, None if D is None else dD.sum(0), dz,
                 None if bias is None else dbias.sum(0), None, None)
-
-
-def _at(t, b0: int = 0):
-    """A row's address, or a null pointer for an absent input."""
-    return None if t is None else cpu_kernels.row_address(t, b0)
 
 
 def _strides(u, dt, z, B, C) -> torch.Tensor:
