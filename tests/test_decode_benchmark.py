@@ -21,7 +21,9 @@ from tasks.benchmarks import decode
 from tasks.benchmarks.decode import DecodeConfig, main, run, to_batch, written_bytes
 from tasks.benchmarks.timing import measure
 
-TINY = dict(d_model=32, contexts=(0, 64, 160), new_tokens=3, warmup=1, device="cpu", isolate=False, bandwidth_mb=8)
+# one step form, compiled: the forms and auto's choice among them are tests/test_stepping.py's
+TINY = dict(d_model=32, contexts=(0, 64, 160), new_tokens=3, warmup=1, device="cpu", isolate=False, bandwidth_mb=8,
+            step_impl="compiled")
 OPTIONS = {"attention": {"n_heads": 2}, "sliding_window": {"n_heads": 2, "window": 8},
            "grassmann": {"r": 4, "offsets": (1, 2)}, "mamba2": {"headdim": 16}}
 

@@ -1,7 +1,8 @@
 """The compiled decode steps (zoo.stepping) compute what the mixer's own step computes:
 prefill a prompt, then step with each, in float64, for every fixed-state mixer; a KV
 cache (whose shape grows) is never compiled; "auto" keeps one of the three CPU forms; the
-compiled form calls the fused CPU kernels and "compiled_torch" does not."""
+compiled form calls the fused CPU kernels and "compiled_torch" does not; "frozen" traces its
+weights as constants and refuses to run once they are written."""
 from __future__ import annotations
 
 import pytest
@@ -20,7 +21,7 @@ def test_the_fixed_state_mixers_are_the_recurrent_ones_and_the_window():
     assert "attention" not in FIXED and {"mamba", "mamba2", "gla", "grassmann", "sliding_window"} <= set(FIXED)
 
 
-@pytest.mark.parametrize("impl", ["compiled", "compiled_torch", "graphed"])
+@pytest.mark.parametrize("impl", ["compiled", "compiled_torch", "frozen", "graphed"])
 @pytest.mark.parametrize("name", FIXED)
 def test_the_compiled_step_equals_the_eager_one_in_float64(name, impl):
     torch.manual_seed(0)
@@ -47,7 +48,7 @@ def test_auto_picks_by_measurement_in_an_lm_and_leaves_attention_eager():
     paths = [p for p, m in lm.named_modules() if isinstance(m, zoo.Mixer)]
     kinds = {p: type(m).__name__ for p, m in lm.named_modules() if isinstance(m, zoo.Mixer)}
     assert set(chosen) == {p for p in paths if kinds[p] == "GLA"}
-    assert set(chosen.values()) <= {"eager", "compiled", "compiled_torch"}
+    assert set(chosen.values()) <= {"eager", "compiled", "compiled_torch", "frozen"}
     tokens = torch.randint(61, (1, 20))
     out = zoo.generate(lm, tokens[:, :4], new_tokens=10)
     with torch.no_grad():
@@ -74,6 +75,44 @@ def test_compiled_keeps_the_fused_kernel_in_its_graph_and_compiled_torch_leaves_
         counts[impl] = calls.count(recurrent_step.STEP_CPP)
         calls.clear()
     assert counts["eager"] >= 5 and counts["compiled"] >= 5 and counts["compiled_torch"] == 0, counts
+
+
+@pytest.mark.parametrize("name", ["rwkv6", "mamba2"])
+def test_frozen_traces_its_weights_as_constants_and_refuses_once_they_are_written(name, monkeypatch):
+    from torch._dynamo.variables import builder
+    traced = []
+    real = builder.is_parameter_freezing  # what dynamo asks when it meets a weight
+    monkeypatch.setattr(builder, "is_parameter_freezing", lambda: traced.append(real()) or traced[-1])
+    torch.manual_seed(0)
+    m = mixer_class(name)(D).eval()
+    x = torch.randn(2, 9, D)
+    with torch.no_grad():
+        _, state = m.prefill(x[:, :8], m.init_state(2))
+        fast_steps(m, batch=2, impl="frozen")
+        m.step(x[:, 8], state)
+        assert traced and all(traced)  # every weight traced as a constant
+        weight = next(mod.weight for mod in m.modules() if isinstance(mod, torch.nn.Linear))
+        weight.mul_(0.5)  # an in-place write, as an optimizer step makes
+        with pytest.raises(RuntimeError, match="written after its frozen step was compiled.*fast_steps again"):
+            m.step(x[:, 8], state)
+        fast_steps(m, batch=2, impl="frozen")  # compiled afresh, with the new weights
+        got, _ = m.step(x[:, 8], state)
+        fast_steps(m, batch=2, impl="eager")
+        torch.testing.assert_close(got, m.step(x[:, 8], state)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_every_layer_of_a_deep_lm_gets_its_own_frozen_graph():
+    """A frozen graph holds its layer's weights; past dynamo's 8 graphs a function, a layer
+    sharing one function's list with the others would run eagerly without a word."""
+    from torch._dynamo.utils import counters
+    cfg = zoo.ModelConfig(vocab_size=61, d_model=32, n_layers=10, max_len=64, mixer="gla")
+    lm = zoo.build_model(cfg, seed=0).to(torch.float64).eval()
+    tokens = torch.randint(61, (1, 4))
+    want = zoo.generate(lm, tokens, new_tokens=3)
+    counters.clear()
+    assert set(fast_steps(lm, batch=1, impl="frozen").values()) == {"frozen"}
+    assert torch.equal(zoo.generate(lm, tokens, new_tokens=3), want)
+    assert counters["frames"]["ok"] == 10, dict(counters["frames"])
 
 
 def test_graphed_hands_back_copies_of_the_buffers_a_replay_reuses(monkeypatch):

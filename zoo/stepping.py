@@ -12,15 +12,27 @@ form computes (``tests/test_stepping.py`` holds them equal in float64).
 The matrix-state recurrences also have fused CPU kernels (``zoo.ops.recurrent_step``),
 torch ops that a compiled step keeps in its graph. A kernel call costs tens of
 microseconds of Python, which a small state does not repay and a large one does, so a
-step has three forms: "eager" (kernels where they run), "compiled" (the same, compiled
-around the kernels) and "compiled_torch" (compiled with every CPU kernel off, inductor's
-loops in their place). "auto" times the three on a state after a short context and keeps
-the fastest, as the training paths choose theirs (zoo.ops.fastpath.fastest).
+step has the forms "eager" (kernels where they run), "compiled" (the same, compiled
+around the kernels), "compiled_torch" (compiled with every CPU kernel off, inductor's
+loops in their place) and the two below. "auto" times them on a state after a short
+context and keeps the fastest, as the training paths choose theirs
+(zoo.ops.fastpath.fastest).
+
+What is left after compiling is mostly the matrix products: a dozen library calls a
+step, each a few microseconds of dispatch around a product that takes less at d_model
+256. "frozen" compiles the torch-only step with inductor's freezing (the weights folded
+in as constants) and its C++ GEMM templates: a product whose weights are constant may
+then run as a loop generated into the step, where that times faster than the library's
+call (inductor's own autotuning picks, per product). The weights are baked in, so the
+form refuses to run once any weight or buffer of the mixer has been written since it was
+compiled (its version counter moved): call ``fast_steps`` again after training. Freezing
+takes effect when the step is first called without autograd (``torch.no_grad`` or
+``inference_mode``), as decoding is.
 
 On CUDA a step's small kernels are bound by their launches, not by the GPU; "graphed"
 compiles the step with CUDA graphs (torch.compile's "reduce-overhead": one graph replay a
-step, as mamba_ssm's ``cg=True`` decoding), and "auto" times it beside the other three
-there. A replay reuses the graph's output buffers, so the graphed step hands back copies
+step, as mamba_ssm's ``cg=True`` decoding), and "auto" times it there in the place of
+"frozen". A replay reuses the graph's output buffers, so the graphed step hands back copies
 of its outputs: a state stays a value that two branches may step from. On a CPU the same
 mode compiles without graphs; it is there so that the tests run its code.
 
@@ -30,13 +42,21 @@ compilation. A mixer whose compilation fails keeps its eager step.
 """
 from __future__ import annotations
 
+import functools
+import types
+
 import torch
+import torch._inductor.config as inductor_config
 import torch.nn as nn
 
 from .mixers.base import Mixer
 from .ops.fastpath import fastest, torch_only
 
-STEP_IMPLS = ("eager", "compiled", "compiled_torch", "graphed", "auto")
+STEP_IMPLS = ("eager", "compiled", "compiled_torch", "frozen", "graphed", "auto")
+# inductor's options for "frozen": constant weights, which its C++ GEMM template needs, and
+# that template timed against the library's call for each product (ATEN alone where the
+# template does not apply, float64 for one)
+FROZEN = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"}
 
 
 def fixed_state(mixer: Mixer) -> bool:
@@ -49,19 +69,56 @@ def step_forms(m: Mixer) -> dict:
     m.__dict__.pop("step", None)  # back to the class's step
     # dynamic=None: a value that changes from step to step (RetNet's position, a window
     # filling up) is made symbolic after its first change instead of compiled again each time
-    compiled = torch.compile(m.step, dynamic=None)
-    replayed = torch.compile(m.step, dynamic=None, mode="reduce-overhead")
+    compiled = torch.compile(_own_step(m), dynamic=None)
+    replayed = torch.compile(_own_step(m), dynamic=None, mode="reduce-overhead")
 
     def compiled_torch(x, state):
         with torch_only():  # traced and run with the kernels off: a graph of its own
             return compiled(x, state)
+
+    frozen_step = torch.compile(_own_step(m), dynamic=None, options=FROZEN)
+    seen = []  # the weights' versions when the frozen step first ran (and compiled)
+
+    def frozen(x, state):
+        now = _versions(m)
+        if not seen:
+            seen.append(now)
+        elif now != seen[0]:
+            raise RuntimeError(f"{type(m).__name__}: a weight or buffer was written after its frozen step "
+                               "was compiled, which still holds the old values; call zoo.fast_steps again")
+        # dynamo reads inductor's freezing flag when it traces (a recompile too), not from
+        # the options: set here for the call, as plain attribute writes (a config.patch costs
+        # tens of microseconds a step)
+        was, inductor_config.freezing = inductor_config.freezing, True
+        try:
+            with torch_only():
+                return frozen_step(x, state)
+        finally:
+            inductor_config.freezing = was
 
     def graphed(x, state):
         torch.compiler.cudagraph_mark_step_begin()  # the previous replay's outputs are given up ...
         y, new = replayed(x, state)
         return y.clone(), _copied(new)  # ... because the caller holds copies of them
 
-    return {"eager": m.step, "compiled": compiled, "compiled_torch": compiled_torch, "graphed": graphed}
+    return {"eager": m.step, "compiled": compiled, "compiled_torch": compiled_torch, "frozen": frozen,
+            "graphed": graphed}
+
+
+def _own_step(m: Mixer):
+    """``m.step`` over a code object of its own. Dynamo keeps a function's compiled graphs
+    on its code object, at most ``recompile_limit`` (8) of them, and past that runs the
+    function eagerly without a word. Every mixer's step is one function (base's state
+    check around the class's step), and a frozen graph holds one mixer's weights: the
+    layers of an LM would each need an entry in that one list, and exhaust it."""
+    fn = type(m).step
+    own = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    return types.MethodType(functools.wraps(fn)(own), m)
+
+
+def _versions(m: nn.Module) -> list[tuple[int, int]]:
+    """Where each weight and buffer lives and how often it has been written in place."""
+    return [(t.data_ptr(), t._version) for t in (*m.parameters(), *m.buffers())]
 
 
 def _copied(state):
@@ -77,7 +134,7 @@ def _copied(state):
 def fast_steps(module: nn.Module, batch: int, impl: str = "auto", context: int = 16) -> dict[str, str]:
     """Give every fixed-state mixer in ``module`` (a mixer or an LM) the step ``impl`` says
     (one of STEP_IMPLS; "auto": the fastest over a state after ``context`` tokens, of
-    eager, compiled and compiled_torch, and graphed on CUDA). The step is set on the
+    eager, compiled and compiled_torch, and frozen on a CPU or graphed on CUDA). The step is set on the
     instance, so an LM's ``step`` takes it through its blocks. Returns {module path: the
     form chosen}."""
     if impl not in STEP_IMPLS:
@@ -91,8 +148,7 @@ def fast_steps(module: nn.Module, batch: int, impl: str = "auto", context: int =
         if impl != "auto":
             name = impl
         else:
-            if p.device.type != "cuda":
-                forms.pop("graphed")
+            forms.pop("graphed" if p.device.type != "cuda" else "frozen")  # measured on a CPU only
             with torch.inference_mode():
                 _, state = m.prefill(torch.randn(batch, context, m.d_model, device=p.device, dtype=p.dtype),
                                      m.init_state(batch))

@@ -310,7 +310,8 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--mem-cap-mb", type=float, default=None)
     p.add_argument("--step-impl", default="auto", choices=zoo.STEP_IMPLS,
                    help="a fixed-state mixer's step form (zoo.stepping): eager, compiled, compiled_torch, "
-                        "graphed (CUDA graphs), or the fastest measured (default)")
+                        "frozen (weights as constants, C++ GEMMs), graphed (CUDA graphs), "
+                        "or the fastest measured (default)")
     p.add_argument("--no-isolate", action="store_true", help="run points in this process (no CPU memory)")
     p.add_argument("--out", type=Path, default=None, help="CSV file, one row per point")
     argv = sys.argv[1:] if argv is None else list(argv)
