@@ -131,6 +131,9 @@ class RWKV6(Mixer):
         B, L, D = x.shape
         xx = torch.addcmul(x, dx, self.time_maa_x)
         lora = tanh(xx.view(B * L, D) @ self.time_maa_w1).view(B * L, 5, -1)  # (B*L, 5, R)
+        if L == 1:  # a decode step: the five (B, D) mixes in one batched product, one call for five
+            mixes = torch.baddbmm(self.time_maa[:, None], lora.transpose(0, 1), self.time_maa_w2).view(5, B, L, D)
+            return ddlerp(x, dx, mixes.unbind(0))
         mixes = [torch.addmm(maa, h, w2).view(B, L, D)  # maa + h W2 in one matmul
                  for maa, h, w2 in zip(self.time_maa.unbind(0), lora.unbind(1), self.time_maa_w2.unbind(0))]
         return ddlerp(x, dx, mixes)
