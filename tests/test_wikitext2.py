@@ -222,7 +222,8 @@ def test_the_6_layer_sweep_reads_each_model_at_its_best_lr():
     """sweeps/shipped/wikitext2_6L_cpu.py: attention and Grassmann each over the bracket at seed 0
     (and the next rate beyond its edge for a model best there) and 3 seeds at their best
     rate, the two reading controls at Grassmann's (the gated residual at 3 seeds), every model
-    matched to attention; the kept seed-0 runs of the window and Mamba-2 at 1e-3."""
+    matched to attention; the kept seed-0 runs of the window and Mamba-2 at 1e-3; the pre-LN
+    pair at 3 seeds at its own best rate once its bracket closed."""
     from sweeps.spec import load_sweep
 
     sweep = load_sweep("wikitext2_6L_cpu")
@@ -248,9 +249,13 @@ def test_the_6_layer_sweep_reads_each_model_at_its_best_lr():
     params = {zoo.config_params(c.model.replace(vocab_size=8192)) - 8192 * c.model.d_model - 128 * c.model.d_model
               for c in runs.values()}
     assert max(params) / min(params) < 1.04  # each within 2 % of attention's
+    # a reading whose bracket has closed runs the two more seeds at its own best rate
+    for label, lr in module.READING_BEST.items():
+        assert {seed for (name, seed, rate) in runs if name == label and rate == lr} == set(module.SEEDS), label
     brackets = sum(len(module.LRS) - (label in module.READINGS) for label in module.READING_LRS)
     edges = sum(len(rates) for rates in (*module.EDGE.values(), *module.READING_EDGE.values()))
-    assert len(sweep.runs) == 16 + edges + brackets
+    best_seeds = len(module.READING_BEST) * (len(module.SEEDS) - 1)
+    assert len(sweep.runs) == 16 + edges + brackets + best_seeds
 
 
 def test_the_12_layer_sweep_reads_depth_in_both_blocks():
