@@ -44,6 +44,51 @@ def test_config_checks():
     with pytest.raises(ValueError, match="no step"):
         DecodeConfig(mixer="outside_mixers.shift:ShiftMix")  # defines no step form
     assert DecodeConfig(device="cpu").context_list() == [0, 1024, 2048, 4096, 8192, 16384]
+    with pytest.raises(ValueError, match="baseline.*no step"):
+        DecodeConfig(baseline="outside_mixers.shift:ShiftMix")
+    with pytest.raises(ValueError, match="baseline"):
+        DecodeConfig(baseline="attentoin")
+    with pytest.raises(ValueError, match="rounds"):
+        DecodeConfig(rounds=0)
+
+
+class _Sleeper(torch.nn.Module):
+    """A step that takes ``ms`` and counts its steps in its state, in place (as a KV cache is written)."""
+
+    def __init__(self, ms, log):
+        super().__init__()
+        self.ms, self.log = ms, log
+
+    def step(self, x, state):
+        self.log.append((self.ms, int(state["n"])))
+        until = time.perf_counter() + self.ms / 1e3
+        while time.perf_counter() < until:
+            pass
+        state["n"] += 1
+        return x, state
+
+
+def test_interleaved_rounds_time_both_from_their_start_in_alternating_order():
+    log = []
+    slow, fast = _Sleeper(2.0, log), _Sleeper(1.0, log)
+    start = {"n": torch.tensor(5)}
+    out = decode.interleaved(slow, start, fast, {"n": torch.tensor(0)}, [torch.zeros(1)] * 7, rounds=3,
+                             device=torch.device("cpu"))
+    assert 1.6 < out["ratio_low"] <= out["ratio_to_baseline"] <= out["ratio_high"] < 2.6
+    assert 0.9 < out["baseline_ms"] < 1.6 and out["ratio_rounds"] == 3
+    firsts = [(ms, n) for i, (ms, n) in enumerate(log) if i % 7 == 0]  # each run of 7 steps' first
+    assert firsts == [(2.0, 5), (1.0, 0), (1.0, 0), (2.0, 5), (2.0, 5), (1.0, 0)]  # from the start, order swapped
+    assert int(start["n"]) == 5
+
+
+def test_a_point_with_a_baseline_records_the_interleaved_ratio():
+    rec = run(DecodeConfig(mixer="gla", mixer_options={"n_heads": 2}, batch=1, baseline="attention", rounds=2,
+                           **{**TINY, "contexts": (0, 64)}), progress=False)
+    for p in rec["points"]:
+        assert p["baseline"] == "attention" and p["ratio_rounds"] == 2 and p["baseline_ms"] > 0
+        assert p["ratio_low"] <= p["ratio_to_baseline"] <= p["ratio_high"]
+    assert "ratio_to_baseline" not in run(DecodeConfig(mixer="gla", **{**TINY, "contexts": (0,)}),
+                                          progress=False)["points"][0]
 
 
 def test_state_bytes_follow_state_size_and_only_the_cache_grows(records):
@@ -208,15 +253,22 @@ def test_the_targets_table_reads_each_fixed_state_mixer_against_attention_and_it
                          "state_bytes": state or c, "bandwidth_fraction": 0.6 if label == "gla" else 0.3,
                          "compute_fraction": 0.4 if label == "gla" else 0.45})
     text = decode_targets(pd.DataFrame(rows))
-    assert "| gla | 0.100 ms, 0.50x | yes | 0.60 | 0.40 | 0.60 | yes |" in text
-    assert "| retnet | 0.300 ms, 1.50x | no | 0.30 | 0.45 | 0.45 | no |" in text
+    assert "| gla | 0.100 ms, 0.50x | – | yes | 0.60 | 0.40 | 0.60 | yes |" in text
+    assert "| retnet | 0.300 ms, 1.50x | – | no | 0.30 | 0.45 | 0.45 | no |" in text
     assert "attention |" not in text  # the control is the yardstick, not a row
     assert text.endswith("1 of 2 at most attention's; 1 of 2 at 0.5 of the tighter limit or more "
                          "(1 of 2 at 0.5 of the bandwidth limit alone).")
     rows = [{**r, "compute_fraction": 0.7} if r["batch"] == 16 and r["label"] == "retnet" else r for r in rows]
     text = decode_targets(pd.DataFrame(rows))  # arithmetic-bound: the tighter limit is the arithmetic one
-    assert "| retnet | 0.300 ms, 1.50x | no | 0.30 | 0.70 | 0.70 | yes |" in text
+    assert "| retnet | 0.300 ms, 1.50x | – | no | 0.30 | 0.70 | 0.70 | yes |" in text
     assert text.endswith("2 of 2 at 0.5 of the tighter limit or more (1 of 2 at 0.5 of the bandwidth limit alone).")
+    # timed side by side with attention in one process, the interleaved ratio decides
+    side = {"baseline": "attention", "ratio_to_baseline": 0.9, "ratio_low": 0.8, "ratio_high": 1.1}
+    rows = [{**r, **side} if (r["label"], r["batch"], r["context"]) == ("retnet", 1, 1024) else r for r in rows]
+    text = decode_targets(pd.DataFrame(rows))
+    assert "| retnet | 0.300 ms, 1.50x | 0.90x [0.80, 1.10] | yes |" in text
+    assert "| gla | 0.100 ms, 0.50x | – | yes |" in text
+    assert "2 of 2 at most attention's (read from the interleaved ratio" in text
 
 
 def test_the_decode_readings_are_read_from_the_points():

@@ -35,6 +35,14 @@ Each point runs with glibc's mmap threshold raised (``engine.allocator.tune_mall
 32 MiB fresh pages at every step (RetNet's, at d 1,024 and batch 16), page faults a
 long-running server's allocator would not take. ``faults_per_token`` shows what is left.
 
+Times taken minutes apart on a shared machine differ by more than the mixers do (on this
+project's 2-core VM, attention's step moved between 0.23 and 0.42 ms from one 100-step round
+to the next in one process). With ``baseline`` set, a point also times that mixer (built,
+stepped and prefilled the same way) in ``rounds`` interleaved rounds of ``new_tokens`` steps,
+each round of each from a copy of its state after the context, the order alternating: the
+median over rounds of the ratio of the two rounds' medians (``ratio_to_baseline``, its
+lowest and highest round beside it) compares the two under the same conditions.
+
 The context is prefilled for one sequence and copied to the batch: a step costs the
 same whatever the values in its state, and prefilling a batch of 16k-token contexts
 would cost the benchmark minutes per point; ``prefill_ms`` is that one sequence's.
@@ -53,11 +61,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 import zoo
 from zoo.config import WHEN_SET, check_bounds, check_choice
+from zoo.mixers import check_mixer
 
 from ..engine.cli import emit_points, format_table, parse_mixers
 from ..engine.allocator import tune_malloc
@@ -78,12 +88,20 @@ class DecodeConfig(MixerBench):
     time_limit_s: float = 300.0  # per point, start-up excluded
     bandwidth_mb: int = 512  # the matrix that measures the read bandwidth
     step_impl: str = field(default="auto", metadata=WHEN_SET)  # a fixed-state mixer's step form, or the fastest (zoo.stepping)
+    # a mixer timed in the same process, round by round with this one (see interleaved)
+    baseline: str = field(default="", metadata=WHEN_SET)
+    rounds: int = field(default=7, metadata=WHEN_SET)
 
     def __post_init__(self):
         super().__post_init__()
         own = "DecodeConfig"
         check_bounds(self, "batch", "new_tokens", "bandwidth_mb", gt=0)
         check_choice(own, "step_impl", self.step_impl, zoo.STEP_IMPLS)
+        check_bounds(self, "rounds", gt=0)
+        if self.baseline:
+            check_mixer(own, "baseline", self.baseline)
+            if not zoo.mixer_class(self.baseline).has_step_form():
+                raise ValueError(f"{own}: baseline {self.baseline!r} has no step (decode) form")
         if self.contexts is not None and (not self.contexts or any(
                 not isinstance(c, int) or isinstance(c, bool) or c < 0 for c in self.contexts)):
             raise ValueError(f"{own}: contexts={self.contexts!r} must be whole numbers >= 0 (or None)")
@@ -183,15 +201,51 @@ def measure_point(cfg: dict, context: int, meter, deadline):
         def step():
             _, box["state"] = module.step(next(feed), box["state"])
 
+        start = _map(torch.clone, box["state"])  # after the context: where the interleaved rounds start
         t = measure(step, cfg.warmup, cfg.new_tokens, device, deadline)
         decode_mem = meter.peak_mb()  # before the copy that counts the writes
         state_b = state_bytes(box["state"])  # after the last step: context + warmup + new_tokens
         writes = state_write_bytes(module, box["state"], inputs[0])
+        side = {}
+        if cfg.baseline and cfg.baseline != cfg.mixer:
+            base = build(cfg.replace(mixer=cfg.baseline, mixer_options={}), context + cfg.warmup + cfg.new_tokens)
+            base = base.to(device=device, dtype=dtype).eval()
+            zoo.fast_steps(base, cfg.batch, cfg.step_impl)
+            torch.manual_seed(cfg.seed)  # the same prompt as the mixer's
+            prompt = (torch.randint(cfg.vocab_size, (1, context), device=device) if lm
+                      else torch.randn(1, context, cfg.d_model, device=device, dtype=dtype))
+            _, base_state = base.prefill(prompt, base.init_state(1, device, dtype))
+            side = interleaved(module, start, base, to_batch(base_state, cfg.batch), inputs[cfg.warmup:],
+                               cfg.rounds, device, deadline)
     weights = sum(p.numel() * p.element_size() for p in module.parameters())
-    yield {**t, "prefill_ms": prefill_ms, "state_bytes": state_b, "state_write_bytes": writes,
+    yield {**t, **side, "prefill_ms": prefill_ms, "state_bytes": state_b, "state_write_bytes": writes,
            "weight_bytes": weights, "decode_mem_mb": decode_mem, "faults_per_token": t["minor_faults"] / t["repeats"],
            "malloc_tuned": malloc_tuned, "backend": module_backend(module),
            "step_impl": ",".join(sorted(set(step_impls.values()))) or "eager"}
+
+
+def interleaved(module, state, base, base_state, inputs, rounds: int, device, deadline=None) -> dict:
+    """``rounds`` rounds of ``len(inputs)`` steps of ``module`` and of ``base``, alternating
+    which goes first, each round of each from a copy of its start state (made untimed).
+    Returns the baseline's median step (ms, the median over rounds) and the median, lowest
+    and highest over rounds of the ratio of the two rounds' median steps."""
+    ratios, base_ms = [], []
+    for r in range(rounds):
+        pair = {}
+        for name in (("mixer", "base") if r % 2 == 0 else ("base", "mixer")):
+            m, s0 = (module, state) if name == "mixer" else (base, base_state)
+            box = {"state": _map(torch.clone, s0)}
+            feed = iter(inputs)
+
+            def step():
+                _, box["state"] = m.step(next(feed), box["state"])
+
+            pair[name] = measure(step, 0, len(inputs), device, deadline)["median_ms"]
+        ratios.append(pair["mixer"] / pair["base"])
+        base_ms.append(pair["base"])
+    ratios.sort()
+    return {"baseline_ms": float(np.median(base_ms)), "ratio_to_baseline": float(np.median(ratios)),
+            "ratio_low": ratios[0], "ratio_high": ratios[-1], "ratio_rounds": rounds}
 
 
 def measure_bandwidth(device: torch.device, mb: int = 512, repeats: int = 5) -> float:
@@ -254,6 +308,7 @@ def run(cfg: DecodeConfig, workdir: Path | None = None, progress: bool = True) -
             "compute_fraction": flops / (med / 1e3) / 1e9 / matmul_rate if ok else None,
             "faults_per_token": row.get("faults_per_token"), "malloc_tuned": row.get("malloc_tuned"),
             "backend": row.get("backend"), "step_impl": row.get("step_impl"), "error": "" if ok else error,
+            **({"baseline": cfg.baseline, **{k: row.get(k) for k in RATIO}} if cfg.baseline else {}),
         })
         if progress:
             print(format_table([{"label": cfg.name(), **points[-1]}], TABLE), flush=True)
@@ -288,9 +343,10 @@ def step_impl_table(pairs: list[tuple[str, list[dict], list[dict]]]) -> str:
 # --------------------------------------------------------------------------- CLI
 
 
+RATIO = ("baseline_ms", "ratio_to_baseline", "ratio_low", "ratio_high", "ratio_rounds")
 TABLE = ["label", "context", "batch", "prefill_ms", "ms_per_token", "p20_ms", "p80_ms", "mean_ms_per_token",
          "max_ms", "tokens_per_s", "state_mb_per_seq", "state_write_bytes", "decode_mem_mb", "bandwidth_fraction",
-         "compute_fraction", "faults_per_token", "malloc_tuned", "backend", "step_impl", "status"]
+         "compute_fraction", "faults_per_token", "malloc_tuned", "backend", "step_impl", "ratio_to_baseline", "status"]
 
 
 def main(argv=None) -> list[dict]:
@@ -312,6 +368,9 @@ def main(argv=None) -> list[dict]:
                    help="a fixed-state mixer's step form (zoo.stepping): eager, compiled, compiled_torch, "
                         "frozen (weights as constants, C++ GEMMs), graphed (CUDA graphs), "
                         "or the fastest measured (default)")
+    p.add_argument("--baseline", default="",
+                   help="a mixer timed in the same process, interleaved round by round (ratio_to_baseline)")
+    p.add_argument("--rounds", type=int, default=7, help="interleaved rounds with --baseline")
     p.add_argument("--no-isolate", action="store_true", help="run points in this process (no CPU memory)")
     p.add_argument("--out", type=Path, default=None, help="CSV file, one row per point")
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -325,7 +384,8 @@ def main(argv=None) -> list[dict]:
         cfg = DecodeConfig(mixer=name, mixer_options=options, d_model=args.d_model, batch=args.batch,
                            contexts=contexts, new_tokens=args.new_tokens, scope=args.scope, device=args.device,
                            dtype=args.dtype, time_limit_s=args.time_limit, mem_cap_mb=args.mem_cap_mb,
-                           isolate=not args.no_isolate, step_impl=args.step_impl)
+                           isolate=not args.no_isolate, step_impl=args.step_impl, baseline=args.baseline,
+                           rounds=args.rounds)
         records.append(run(cfg))
     emit_points(records, TABLE, args.out, command)
     return records
