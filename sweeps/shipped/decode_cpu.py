@@ -8,6 +8,11 @@ Every mixer at its zoo defaults (the Grassmann mixer's offsets 1-16 and r = 32; 
 16-token window): the comparison is of the architectures as shipped, at equal width,
 not at equal parameters.
 
+At d_model 256, batch 1 (where a fixed-state step and attention's take about the same time
+at 1k of context) every other mixer is also timed against attention in the same process,
+seven interleaved rounds a point (``baseline``): processes minutes apart on a shared
+machine differ by more than these steps do.
+
     linbench run decode_cpu --parallel 1 --threads 1 --results-dir results/reference
     linbench plot decode_cpu --results-dir results/reference
 """
@@ -19,6 +24,13 @@ BATCHES = (1, 16)
 # named here, not read from the registry: its records are committed (see mad_cpu.py)
 MIXERS = ("attention", "gated_deltanet", "gla", "grassmann", "mamba", "mamba2", "retnet", "rwkv6", "sliding_window")
 
-configs = [RunConfig("decode", DecodeConfig(mixer=mixer, d_model=d, batch=batch, device="cpu"), label=mixer,
-                     exclusive=True)
+SIDE_BY_SIDE = (256, 1)  # (d_model, batch) timed against attention round by round
+
+
+def config(mixer: str, d: int, batch: int) -> DecodeConfig:
+    paired = (d, batch) == SIDE_BY_SIDE and mixer != "attention"
+    return DecodeConfig(mixer=mixer, d_model=d, batch=batch, device="cpu", baseline="attention" if paired else "")
+
+
+configs = [RunConfig("decode", config(mixer, d, batch), label=mixer, exclusive=True)
            for d in WIDTHS for batch in BATCHES for mixer in MIXERS]
