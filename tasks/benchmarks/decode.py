@@ -14,13 +14,15 @@ of the machine's memory bandwidth the step reaches.
 
 A decode step must at least read every weight and the whole state once, and write the
 part of the state it changes, so (weights + state bytes + state bytes written) / step
-time, over the read bandwidth of a large matrix-vector product measured in the same run,
-says how close to that limit the step runs (above 1: weights or state served from cache).
-A step must also multiply every weight with every sequence's input; from a batch of
-about 16 at float32 that arithmetic, at the rate of a (batch, d) x (d, 4d) product
-measured in the same run, takes longer than the reads: ``compute_fraction`` says how
-close the step runs to that limit, and the larger of the two fractions is the step's
-distance from the tighter one.
+time, over the read bandwidth of a large matrix-vector product, says how close to that
+limit the step runs (above 1: weights or state served from cache). A step must also
+multiply every weight with every sequence's input; from a batch of about 16 at float32
+that arithmetic, at the rate of a (batch, d) x (d, 4d) product, takes longer than the
+reads: ``compute_fraction`` says how close the step runs to that limit, and the larger of
+the two fractions is the step's distance from the tighter one. Both rates are measured in
+the point's own process, after each of LIMIT_ROUNDS rounds of steps, and each round's
+step is read against the rates right after it (the median over rounds): on a shared
+machine the rates move by a third between processes minutes apart.
 The bytes written are counted the same way for every mixer, from values, not from a
 list of state layouts: one more, untimed step from a copy of the first sequence's state
 after the timed steps, and the bytes of the state elements whose value it changed, times
@@ -196,17 +198,19 @@ def measure_point(cfg: dict, context: int, meter, deadline):
         inputs = (torch.randint(cfg.vocab_size, (n, cfg.batch), device=device) if lm
                   else torch.randn(n, cfg.batch, cfg.d_model, device=device, dtype=dtype)).unbind(0)
         feed = iter(inputs)
+        # after the context, where the interleaved rounds start (held while decoding: a
+        # fixed-state mixer's state, kilobytes at d 256)
+        start = _map(torch.clone, box["state"]) if cfg.baseline else None
         meter.restart_peak()  # the decode's own peak: weights + state + a step's temporaries
 
-        def step():
-            _, box["state"] = module.step(next(feed), box["state"])
+        def step(x):
+            _, box["state"] = module.step(x, box["state"])
 
-        start = _map(torch.clone, box["state"])  # after the context: where the interleaved rounds start
-        t = measure(step, cfg.warmup, cfg.new_tokens, device, deadline)
+        t = measure(lambda: step(next(feed)), cfg.warmup, cfg.new_tokens, device, deadline)
         decode_mem = meter.peak_mb()  # before the copy that counts the writes
         state_b = state_bytes(box["state"])  # after the last step: context + warmup + new_tokens
         writes = state_write_bytes(module, box["state"], inputs[0])
-        side = {}
+        side = limit_rounds(step, inputs[cfg.warmup:], cfg, device, deadline)
         if cfg.baseline and cfg.baseline != cfg.mixer:
             base = build(cfg.replace(mixer=cfg.baseline, mixer_options={}), context + cfg.warmup + cfg.new_tokens)
             base = base.to(device=device, dtype=dtype).eval()
@@ -215,7 +219,7 @@ def measure_point(cfg: dict, context: int, meter, deadline):
             prompt = (torch.randint(cfg.vocab_size, (1, context), device=device) if lm
                       else torch.randn(1, context, cfg.d_model, device=device, dtype=dtype))
             _, base_state = base.prefill(prompt, base.init_state(1, device, dtype))
-            side = interleaved(module, start, base, to_batch(base_state, cfg.batch), inputs[cfg.warmup:],
+            side |= interleaved(module, start, base, to_batch(base_state, cfg.batch), inputs[cfg.warmup:],
                                cfg.rounds, device, deadline)
     weights = sum(p.numel() * p.element_size() for p in module.parameters())
     yield {**t, **side, "prefill_ms": prefill_ms, "state_bytes": state_b, "state_write_bytes": writes,
@@ -248,6 +252,25 @@ def interleaved(module, state, base, base_state, inputs, rounds: int, device, de
             "ratio_low": ratios[0], "ratio_high": ratios[-1], "ratio_rounds": rounds}
 
 
+LIMIT_ROUNDS = 5  # rounds of decode steps, each followed by the two probes
+LIMIT_STEPS = 16
+
+
+def limit_rounds(step, inputs, cfg: DecodeConfig, device, deadline=None) -> dict:
+    """LIMIT_ROUNDS rounds of LIMIT_STEPS steps (``step(x)`` on from the point's state),
+    each followed by the bandwidth and the matmul-rate probes: per round, the median step
+    (ms) and the two rates measured right after it, so that a fraction reads a step against
+    the machine as it ran then (the rates moved by a third between runs of one sweep)."""
+    out = {"round_ms": [], "round_gb_s": [], "round_gflop_s": []}
+    n = min(LIMIT_STEPS, len(inputs))
+    for _ in range(LIMIT_ROUNDS):
+        feed = iter(inputs[:n])
+        out["round_ms"].append(measure(lambda: step(next(feed)), 0, n, device, deadline)["median_ms"])
+        out["round_gb_s"].append(measure_bandwidth(device, cfg.bandwidth_mb, repeats=3))
+        out["round_gflop_s"].append(measure_matmul_rate(device, cfg.batch, cfg.d_model, cfg.resolve_dtype(), 3))
+    return out
+
+
 def measure_bandwidth(device: torch.device, mb: int = 512, repeats: int = 5) -> float:
     """The machine's read bandwidth in GB/s at this process's thread count: the median of
     ``repeats`` matrix-vector products over an ``mb`` MiB matrix, far larger than any
@@ -276,8 +299,6 @@ def run(cfg: DecodeConfig, workdir: Path | None = None, progress: bool = True) -
     """Every context of one mixer; the points are under ``"points"``."""
     t0 = time.perf_counter()
     device = cfg.resolve_device()
-    bandwidth = measure_bandwidth(device, cfg.bandwidth_mb)
-    matmul_rate = measure_matmul_rate(device, cfg.batch, cfg.d_model, cfg.resolve_dtype())
     points, failed = [], None
     for c in cfg.context_list():
         if failed is not None:
@@ -295,6 +316,10 @@ def run(cfg: DecodeConfig, workdir: Path | None = None, progress: bool = True) -
         moved = row.get("weight_bytes", 0) + row.get("state_bytes", 0) + row.get("state_write_bytes", 0)
         # and multiply every weight with every sequence's input: 2 FLOPs a weight a sequence
         flops = 2 * cfg.batch * row.get("weight_bytes", 0) / cfg.resolve_dtype().itemsize
+        # each round's step against the probes run right after it; the median over rounds
+        rounds = list(zip(row.get("round_ms", ()), row.get("round_gb_s", ()), row.get("round_gflop_s", ())))
+        bw_fraction = float(np.median([moved / (ms / 1e3) / 1e9 / gb for ms, gb, _ in rounds])) if ok else None
+        compute_fraction = float(np.median([flops / (ms / 1e3) / 1e9 / gf for ms, _, gf in rounds])) if ok else None
         points.append({
             "context": c, "batch": cfg.batch, "status": "ok" if ok else status,
             "prefill_ms": row.get("prefill_ms"), "ms_per_token": med, "p20_ms": row.get("p20_ms"),
@@ -304,14 +329,20 @@ def run(cfg: DecodeConfig, workdir: Path | None = None, progress: bool = True) -
             "state_mb_per_seq": row["state_bytes"] / cfg.batch / 2 ** 20 if ok else None,
             "state_write_bytes": row.get("state_write_bytes"),
             "weight_bytes": row.get("weight_bytes"), "decode_mem_mb": row.get("decode_mem_mb"),
-            "bandwidth_fraction": moved / (med / 1e3) / 1e9 / bandwidth if ok else None,
-            "compute_fraction": flops / (med / 1e3) / 1e9 / matmul_rate if ok else None,
+            "bandwidth_fraction": bw_fraction, "compute_fraction": compute_fraction,
+            "probe_gb_s": float(np.median(row["round_gb_s"])) if ok else None,
+            "probe_gflop_s": float(np.median(row["round_gflop_s"])) if ok else None,
+            "limit_rounds": len(rounds) if ok else None,
+            **{k: row.get(k) for k in ("round_ms", "round_gb_s", "round_gflop_s")},
             "faults_per_token": row.get("faults_per_token"), "malloc_tuned": row.get("malloc_tuned"),
             "backend": row.get("backend"), "step_impl": row.get("step_impl"), "error": "" if ok else error,
             **({"baseline": cfg.baseline, **{k: row.get(k) for k in RATIO}} if cfg.baseline else {}),
         })
         if progress:
             print(format_table([{"label": cfg.name(), **points[-1]}], TABLE), flush=True)
+    probed = [p for p in points if p["status"] == "ok"]  # the machine's rates over the run: the points' median
+    bandwidth = float(np.median([p["probe_gb_s"] for p in probed])) if probed else None
+    matmul_rate = float(np.median([p["probe_gflop_s"] for p in probed])) if probed else None
     return {
         "task": "decode", "status": "ok", "seed": cfg.seed, "label": cfg.name(), "mixer": cfg.mixer,
         "mixer_options": json.dumps(cfg.mixer_options, sort_keys=True), "scope": cfg.scope,
