@@ -19,6 +19,7 @@ from results.plots import plot_decode
 from results.records import records_frame
 from tasks import TASKS
 from tasks.benchmarks import decode
+from tasks.benchmarks.bench import build
 from tasks.benchmarks.decode import DecodeConfig, main, run, to_batch, written_bytes
 from tasks.benchmarks.timing import measure
 
@@ -90,6 +91,26 @@ def test_a_point_with_a_baseline_records_the_interleaved_ratio():
         assert p["ratio_low"] <= p["ratio_to_baseline"] <= p["ratio_high"]
     assert "ratio_to_baseline" not in run(DecodeConfig(mixer="gla", **{**TINY, "contexts": (0,)}),
                                           progress=False)["points"][0]
+
+
+def test_the_baseline_prefills_the_same_context_as_the_mixer(monkeypatch):
+    seen = {}
+
+    def recording_build(cfg, max_len):
+        module = build(cfg, max_len)
+        prefill = module.prefill
+
+        def spy(x, state):
+            seen.setdefault(cfg.mixer, x.clone())  # the context's (attention's step is a 1-token prefill)
+            return prefill(x, state)
+
+        module.prefill = spy
+        return module
+
+    monkeypatch.setattr(decode, "build", recording_build)
+    run(DecodeConfig(mixer="gla", mixer_options={"n_heads": 2}, batch=1, baseline="attention", rounds=1,
+                     **{**TINY, "contexts": (16,)}), progress=False)
+    assert seen["gla"].shape == (1, 16, 32) and torch.equal(seen["gla"], seen["attention"])
 
 
 def test_state_bytes_follow_state_size_and_only_the_cache_grows(records):

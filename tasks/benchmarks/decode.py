@@ -38,8 +38,8 @@ Each point runs with glibc's mmap threshold raised (``engine.allocator.tune_mall
 long-running server's allocator would not take. ``faults_per_token`` shows what is left.
 
 Times taken minutes apart on a shared machine differ by more than the mixers do (on this
-project's 2-core VM, attention's step moved between 0.23 and 0.42 ms from one 100-step round
-to the next in one process). With ``baseline`` set, a point also times that mixer (built,
+project's 2-core VM, attention's step moved between 0.23 and 0.42 ms from one round of 300
+steps to the next in one process). With ``baseline`` set, a point also times that mixer (built,
 stepped and prefilled the same way) in ``rounds`` interleaved rounds of ``new_tokens`` steps,
 each round of each from a copy of its state after the context, the order alternating: the
 median over rounds of the ratio of the two rounds' medians (``ratio_to_baseline``, its
@@ -183,9 +183,14 @@ def measure_point(cfg: dict, context: int, meter, deadline):
     step_impls = zoo.fast_steps(module, cfg.batch, cfg.step_impl)  # compiles outside the timed region
     lm = cfg.scope == "lm"
     n = cfg.warmup + cfg.new_tokens
+
+    def context_input():  # (1, context) ids or (1, context, D): the same draw for the mixer and the baseline
+        g = torch.Generator(device=device).manual_seed(cfg.seed)
+        return (torch.randint(cfg.vocab_size, (1, context), generator=g, device=device) if lm
+                else torch.randn(1, context, cfg.d_model, generator=g, device=device, dtype=dtype))
+
     with torch.inference_mode():
-        prompt = (torch.randint(cfg.vocab_size, (1, context), device=device) if lm
-                  else torch.randn(1, context, cfg.d_model, device=device, dtype=dtype))
+        prompt = context_input()
         t0 = time.perf_counter()
         _, state = module.prefill(prompt, module.init_state(1, device, dtype))
         if device.type == "cuda":
@@ -215,10 +220,7 @@ def measure_point(cfg: dict, context: int, meter, deadline):
             base = build(cfg.replace(mixer=cfg.baseline, mixer_options={}), context + cfg.warmup + cfg.new_tokens)
             base = base.to(device=device, dtype=dtype).eval()
             zoo.fast_steps(base, cfg.batch, cfg.step_impl)
-            torch.manual_seed(cfg.seed)  # the same prompt as the mixer's
-            prompt = (torch.randint(cfg.vocab_size, (1, context), device=device) if lm
-                      else torch.randn(1, context, cfg.d_model, device=device, dtype=dtype))
-            _, base_state = base.prefill(prompt, base.init_state(1, device, dtype))
+            _, base_state = base.prefill(context_input(), base.init_state(1, device, dtype))
             side |= interleaved(module, start, base, to_batch(base_state, cfg.batch), inputs[cfg.warmup:],
                                cfg.rounds, device, deadline)
     weights = sum(p.numel() * p.element_size() for p in module.parameters())
