@@ -23,8 +23,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
-from results.stats import (best_over_lr, block_attention, bracket, chosen, gap_interval, mad_scores, position_curves,  # noqa: E402
-                           published_mad_by_mixer, read_published, seed_interval, tried_runs)
+from results.stats import (SELECT_ON, SNLI_ROLES, best_over_lr, block_attention, bracket, chosen, gap_interval,  # noqa: E402
+                           mad_scores, position_curves, published_mad_by_mixer, read_published, seed_interval,
+                           snli_order, snli_role, tried_runs)
 from results.style import looks, mixer_of  # noqa: E402
 
 # Scaling measurements by the names a record may use for them, with their axis label.
@@ -35,6 +36,8 @@ SCALING_METRICS = {
 }
 FAILED_POINT = {"oom": "x", "timeout": "+"}  # how a point that could not be measured is marked
 LM_METRICS = {"best_val_ppl": "best validation perplexity", "test_ppl": "test perplexity"}
+SNLI_METRICS = {"best_val_accuracy": "validation accuracy", "test_accuracy": "test accuracy"}
+SNLI_GROUPS = {"head": "heads", "control": "controls", "scratch": "from scratch"}
 # Columns of the CSV beside every figure: the points exactly as drawn
 POINT_COLUMNS = ["panel", "label", "x", "y", "lo", "hi", "seeds", "colour", "marker", "linestyle"]
 EXTRA_FORMATS: list[str] = []  # set by ``plot_all(formats=...)``: "svg", "pdf" beside each PNG
@@ -256,9 +259,10 @@ def plot_perplexity(df: pd.DataFrame, out: Path, spread: float = 1.2) -> Path | 
 
 
 def plot_lr_bracket(df: pd.DataFrame, out: Path, task: str = "wikitext2") -> Path | None:
-    """The learning-rate bracket behind the chosen rates (``stats.bracket``): validation
-    perplexity against the rate, one line per model tried at several, on the seeds every
-    rate ran; the chosen rate ringed. Nothing the other figures read is pooled over rates."""
+    """The learning-rate bracket behind the chosen rates (``stats.bracket``): the task's
+    validation metric (``stats.SELECT_ON``) against the rate, one line per model tried at
+    several, on the seeds every rate ran; the chosen rate ringed. Nothing the other figures
+    read is pooled over rates."""
     rows = _ok(df, task)
     table = bracket(rows, task)
     if table.empty:
@@ -269,14 +273,54 @@ def plot_lr_bracket(df: pd.DataFrame, out: Path, task: str = "wikitext2") -> Pat
     _draw_lines(axes[0], points)
     pick = points[points["chosen"].astype(bool)]
     axes[0].scatter(pick["x"], pick["y"], s=160, facecolors="none", edgecolors=pick["colour"], lw=1.4, zorder=4)
-    axes[0].set(xscale="log", xlabel="learning rate", ylabel="best validation perplexity")
+    metric = SELECT_ON[task][0]
+    axes[0].set(xscale="log", xlabel="learning rate",
+                ylabel={**LM_METRICS, **SNLI_METRICS}.get(metric, metric.replace("_", " ")))
     rates = sorted(points["x"].unique())
     axes[0].set_xticks(rates, [f"{r:g}" for r in rates])  # the rates tried, as written in a sweep
     axes[0].xaxis.set_minor_locator(ticker.NullLocator())
-    _log_y(axes[0])
+    if metric.endswith("ppl"):
+        _log_y(axes[0])
     axes[0].set_title("ringed: the rate each model is read at", fontsize=8)
     _legend(fig, axes, "model, seeds every rate ran")
     return save_figure(fig, out / f"{task}_lr_bracket.png", points)
+
+
+def plot_snli(df: pd.DataFrame, out: Path) -> Path | None:
+    """SNLI accuracy per model at its chosen rate (``stats.chosen``), a panel per split:
+    the mean over seeds with its 95 % interval, grouped as the headline table reads them
+    (``stats.snli_order``: the heads, the controls, the models from scratch)."""
+    rows = _ok(df, "snli")
+    metrics = [m for m in SNLI_METRICS if m in rows and rows[m].notna().any()]
+    if rows.empty or not metrics:
+        return None
+    rows = chosen(rows, "snli")
+    rows = rows.assign(**{c: rows[c] if c in rows else None for c in ("head", "backbone", "inputs")})
+    rows = rows.assign(role=rows.apply(snli_role, axis=1))
+    order = snli_order(rows)
+    roles = rows.groupby("label")["role"].first()
+    points = pd.concat([seed_points(rows.assign(y=100 * rows[m]), ["label"], "y").assign(panel=SNLI_METRICS[m])
+                        for m in metrics])
+    points = _styled(points.assign(x=points["label"].map(order.index), role=points["label"].map(roles)), rows)
+    fig, axes = _panels(len(metrics), width=0.42 * len(order) + 1.2, height=3.6, sharey=True)
+    for ax, panel in zip(axes, dict.fromkeys(points["panel"])):
+        mine = points[points["panel"] == panel].sort_values("x")
+        for _, p in mine.iterrows():
+            err = [[p["y"] - p["lo"]], [p["hi"] - p["y"]]] if pd.notna(p["lo"]) else None
+            ax.errorbar([p["x"]], [p["y"]], yerr=err, fmt=p["marker"], color=p["colour"], capsize=3, ms=6)
+        groups = [r for r in SNLI_ROLES if (mine["role"] == r).any()]
+        for role in groups:  # each group named over its span, a rule between groups
+            xs = mine.loc[mine["role"] == role, "x"]
+            ax.text((xs.min() + xs.max()) / 2, 1.01, SNLI_GROUPS[role], transform=ax.get_xaxis_transform(),
+                    ha="center", va="bottom", fontsize=7)
+            if role != groups[-1]:
+                ax.axvline(xs.max() + 0.5, color="0.7", lw=0.8, ls=":")
+        ax.set_xticks(mine["x"], mine["entry"], rotation=40, ha="right", fontsize=7)
+        ax.set(ylabel="accuracy % (higher is better)")
+        ax.set_title(panel, fontsize=9, pad=14)
+    fig.suptitle("each model at its learning rate chosen on validation; 95% interval over seeds", fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, out / "snli_accuracy_by_model.png", points)
 
 
 def plot_lm_curves(df: pd.DataFrame, out: Path) -> list[Path]:
@@ -560,7 +604,8 @@ def plot_all(df: pd.DataFrame, out: str | Path, published: str | Path | None = N
     try:
         paths = [plot_lm_comparison(df, out), plot_perplexity(df, out), plot_lr_bracket(df, out),
                  *plot_lm_curves(df, out), plot_mqar(df, out), plot_mqar_state(df, out), plot_mad(df, out),
-                 plot_mad_published(df, out, read_published(published)), *plot_scaling(df, out),
+                 plot_mad_published(df, out, read_published(published)), plot_snli(df, out),
+                 plot_lr_bracket(df, out, "snli"), *plot_scaling(df, out),
                  *plot_decode(df, out), plot_extrapolation(df, out)]
     finally:
         EXTRA_FORMATS.clear()

@@ -73,6 +73,35 @@ SELECT_ON = {"wikitext2": ("best_val_ppl", False), "corpus": ("best_val_ppl", Fa
              "snli": ("best_val_accuracy", True)}
 
 
+# SNLI's roles: the paper's two heads over a frozen encoder's features of the whole pair
+# (the Transformer head first: the control), the controls beside them, the LMs from scratch.
+SNLI_HEADS = ("transformer", "grassmann")
+SNLI_ROLES = ("head", "control", "scratch")
+
+
+def snli_role(row: pd.Series) -> str:
+    """"head", "control" or "scratch": what an SNLI record says its run read and trained
+    (not its label). A control is a run over the encoder that is not one of the two heads
+    on the pair's features of the pretrained encoder: the class prior, a linear probe, the
+    hypothesis alone, a randomly initialised encoder."""
+    if row["setting"] == "scratch":
+        return "scratch"
+    random_encoder = "random" in str(row.get("backbone"))
+    return "head" if row.get("head") in SNLI_HEADS and row.get("inputs") == "pair" and not random_encoder \
+        else "control"
+
+
+def snli_order(picked: pd.DataFrame) -> list[str]:
+    """The labels of SNLI runs (``chosen``'s, with a ``role`` column) in reading order:
+    heads (the Transformer head first), controls, scratch models, each group best first on
+    validation (the split models are chosen on)."""
+    key = picked.groupby("label").agg(role=("role", "first"), head=("head", "first"),
+                                      val=("best_val_accuracy", "mean"))
+    return sorted(key.index, key=lambda m: (SNLI_ROLES.index(key.at[m, "role"]),
+                                            SNLI_HEADS.index(key.at[m, "head"]) if key.at[m, "role"] == "head" else 0,
+                                            -key.at[m, "val"]))
+
+
 def _with_lr(rows: pd.DataFrame) -> pd.DataFrame:
     """``rows`` with an ``lr`` column: the task's own, else the config's (NaN where neither)."""
     if "lr" in rows:
@@ -169,23 +198,31 @@ def seed_interval(values, level: float = 0.95) -> tuple[float, float | None, flo
     return mean, mean - half, mean + half
 
 
+def welch_interval(ours, theirs, level: float = 0.95) -> tuple[float, float | None, float | None]:
+    """The difference of the means of ``ours`` and ``theirs`` (one value per seed) and
+    Welch's t interval on it (Welch–Satterthwaite degrees of freedom, so the two sides'
+    spreads need not match); low and high are None unless both sides have at least 2
+    values."""
+    a, b = [float(v) for v in ours], [float(v) for v in theirs]
+    diff = statistics.fmean(a) - statistics.fmean(b)
+    if min(len(a), len(b)) < 2:
+        return diff, None, None
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    if va + vb == 0:  # identical runs on both sides: no spread, no width
+        return (diff,) * 3
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    half = t_quantile((1 + level) / 2, df) * math.sqrt(va + vb)
+    return diff, diff - half, diff + half
+
+
 def gap_interval(ours, attention, level: float = 0.95) -> tuple[float, float | None, float | None]:
     """How much higher ``ours``' perplexities are than ``attention``'s, as fractions
     (gap, low, high). The gap is the ratio of geometric means minus 1: perplexity is the
-    exp of a mean loss, so this compares mean losses. The interval is Welch's t interval
-    on the difference of mean log perplexities (Welch–Satterthwaite degrees of freedom,
-    so the two sides' spreads need not match), exponentiated; low and high are None
-    unless both sides have at least 2 values."""
-    a, b = [math.log(v) for v in ours], [math.log(v) for v in attention]
-    diff = statistics.fmean(a) - statistics.fmean(b)
-    if min(len(a), len(b)) < 2:
-        return math.expm1(diff), None, None
-    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-    if va + vb == 0:  # identical runs on both sides: no spread, no width
-        return (math.expm1(diff),) * 3
-    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
-    half = t_quantile((1 + level) / 2, df) * math.sqrt(va + vb)
-    return math.expm1(diff), math.expm1(diff - half), math.expm1(diff + half)
+    exp of a mean loss, so this compares mean losses. The interval is ``welch_interval``
+    on the mean log perplexities, exponentiated; low and high are None unless both sides
+    have at least 2 values."""
+    diff, low, high = welch_interval([math.log(v) for v in ours], [math.log(v) for v in attention], level)
+    return math.expm1(diff), None if low is None else math.expm1(low), None if high is None else math.expm1(high)
 
 
 # What makes a block besides its mixer: a gap is read against attention built the same way

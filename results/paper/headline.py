@@ -20,6 +20,7 @@ from ..stats import (at_best_lr, block_attention, bracket, gap_interval, mad_par
                      published_mad_scores, read_published)
 from .findings import (decode_law, decode_readings, decode_targets, gap_placement, grid_bound, mad_agreement, mad_reach,
                        mad_seeds, mqar_best, mqar_reach, point_text, published_gap_rows, reading_gaps, zoology_findings)
+from .snli import snli_table, snli_verdict
 
 REFERENCE = Path(__file__).resolve().parents[1] / "reference"
 
@@ -324,6 +325,8 @@ TABLES = {"wikitext2_cpu": ("wikitext2_cpu", lm_table),
           "mad_cpu_reach": ("mad_cpu", mad_reach),
           "mad_cpu_seeds": ("mad_cpu", mad_seeds),
           "mad_cpu_changes": ("mad_cpu", mad_changes),
+          "snli_cpu": ("snli_cpu", snli_table),
+          "snli_cpu_verdict": ("snli_cpu", lambda frame: snli_verdict(frame, read_published())),
           "wikitext2_bf16_cpu": ("wikitext2_bf16_cpu", lambda frame: precision_table(frame, _fp32_lm())),
           "wikitext2_bf16_cpu_verdict": ("wikitext2_bf16_cpu", lambda frame: precision_verdict(frame, _fp32_lm()))}
 
