@@ -316,8 +316,8 @@ def plot_snli(df: pd.DataFrame, out: Path) -> Path | None:
             if role != groups[-1]:
                 ax.axvline(xs.max() + 0.5, color="0.7", lw=0.8, ls=":")
         ax.set_xticks(mine["x"], mine["entry"], rotation=40, ha="right", fontsize=7)
-        ax.set(ylabel="accuracy % (higher is better)")
         ax.set_title(panel, fontsize=9, pad=14)
+    axes[0].set_ylabel("accuracy % (higher is better)")  # the panels share it
     fig.suptitle("each model at its learning rate chosen on validation; 95% interval over seeds", fontsize=8)
     fig.tight_layout()
     return save_figure(fig, out / "snli_accuracy_by_model.png", points)

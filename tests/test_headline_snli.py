@@ -90,7 +90,9 @@ def test_the_verdict_gives_the_heads_difference_with_welchs_interval_and_the_pub
 def test_the_verdict_says_which_head_has_not_finished():
     frame = _records()
     text = snli_verdict(frame[frame["label"] != "Grassmann-Plücker head"])
-    assert text.startswith("No head comparison yet: the grassmann head has no finished run.")
+    assert text.startswith("No head comparison yet: the Grassmann-Plücker head has no finished run.")
+    assert snli_verdict(frame[frame["setting"] == "scratch"]).startswith(
+        "No head comparison yet: the Transformer and the Grassmann-Plücker head have no finished run.")
     assert snli_verdict(pd.DataFrame()) == "No SNLI run has finished yet."
 
 

@@ -15,6 +15,7 @@ from ..report import markdown_table
 from ..stats import SNLI_HEADS, chosen, snli_order, snli_role, split_agreement, welch_interval
 
 METRICS = (("best_val_accuracy", "validation"), ("test_accuracy", "test"))
+HEAD_NAMES = {"transformer": "Transformer", "grassmann": "Grassmann-Plücker"}  # for a head with no record yet
 
 
 def _ok(frame: pd.DataFrame) -> pd.DataFrame:
@@ -140,8 +141,9 @@ def snli_verdict(frame: pd.DataFrame, published: pd.DataFrame | None = None) -> 
                       for label in snli_order(controls)]
             parts.append(f"Controls on test accuracy, beside the {control}'s {base:.2f}: " + ", ".join(listed) + ".")
     else:
-        missing = [h for h, v in by_head.items() if len(v) != 1]
-        parts.append(f"No head comparison yet: the {' and '.join(missing)} head has no finished run.")
+        missing = [HEAD_NAMES[h] for h, v in by_head.items() if len(v) != 1]
+        parts.append(f"No head comparison yet: the {' and the '.join(missing)} head "
+                     f"{'has' if len(missing) == 1 else 'have'} no finished run.")
     scratch = picked[picked["role"] == "scratch"]
     by_mixer = {m: scratch.loc[scratch["mixer"] == m, "label"].unique() for m in ("grassmann", "attention")}
     if all(len(v) == 1 for v in by_mixer.values()):
