@@ -20,6 +20,7 @@ from ..stats import (at_best_lr, block_attention, bracket, gap_interval, mad_par
                      published_mad_scores, read_published)
 from .findings import (decode_law, decode_readings, decode_targets, gap_placement, grid_bound, mad_agreement, mad_reach,
                        mad_seeds, mqar_best, mqar_reach, point_text, published_gap_rows, reading_gaps, zoology_findings)
+from .readings import reading_verdicts
 from .snli import snli_table, snli_verdict
 
 REFERENCE = Path(__file__).resolve().parents[1] / "reference"
@@ -315,6 +316,8 @@ TABLES = {"wikitext2_cpu": ("wikitext2_cpu", lm_table),
           "wikitext2_6L_cpu_bracket": ("wikitext2_6L_cpu", lr_bracket),
           "wikitext2_6L_cpu_gap": ("wikitext2_6L_cpu", lambda frame: gap_placement(frame, read_published())),
           "wikitext2_6L_cpu_readings": ("wikitext2_6L_cpu", reading_gaps),
+          "wikitext2_6L_cpu_verdict": ("wikitext2_6L_cpu", lambda frame: reading_verdicts(frame, read_published())),
+          "wikitext2_12L_cpu_verdict": ("wikitext2_12L_cpu", lambda frame: reading_verdicts(frame, read_published())),
           "decode_cpu": ("decode_cpu", decode_table),
           "decode_cpu_law": ("decode_cpu", lambda frame: decode_law(_decode_points(frame))),
           "decode_cpu_targets": ("decode_cpu", lambda frame: decode_targets(_decode_points(frame))),
