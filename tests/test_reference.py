@@ -163,10 +163,10 @@ def test_committed_exports_are_their_records(table, tmp_path):
 
 
 # Which way each task's score is better: a point's extra seeds run at its best rate by this.
-BETTER = {"mqar": ("accuracy", max), "wikitext2": ("best_val_ppl", min)}
+BETTER = {"mqar": ("accuracy", max), "wikitext2": ("best_val_ppl", min), "snli": ("best_val_accuracy", max)}
 
 
-@pytest.mark.parametrize("folder", [f for f in REPORTS if f.name in ("mqar_cpu", "wikitext2_6L_cpu")],
+@pytest.mark.parametrize("folder", [f for f in REPORTS if f.name in ("mqar_cpu", "wikitext2_6L_cpu", "snli_cpu")],
                          ids=lambda p: p.name)
 def test_extra_seeds_run_at_the_best_rate_of_seed_0(folder, tmp_path, monkeypatch):
     """A sweep that runs a point's bracket of learning rates at seed 0 and more seeds at
@@ -197,7 +197,8 @@ def test_extra_seeds_run_at_the_best_rate_of_seed_0(folder, tmp_path, monkeypatc
         assert point["seeded"] == {best}, (f"{folder.name} {point['label']}: extra seeds at lr {sorted(point['seeded'])}, "
                                            f"the best seed-0 rate is {best} (run {bracket[best]})")
         checked += 1
-    assert checked, f"{folder.name}: no point with extra seeds and a complete bracket"
+    if any(point["seeded"] for point in points.values()):
+        assert checked, f"{folder.name}: no point with extra seeds and a complete bracket"
 
 
 def test_the_compiled_decode_step_table_is_the_committed_csvs():
