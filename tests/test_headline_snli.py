@@ -79,7 +79,7 @@ def test_the_verdict_gives_the_heads_difference_with_welchs_interval_and_the_pub
     assert ("the Grassmann-Plücker head minus the Transformer head: " in text
             and f"+{diff:.2f} points on test [95 % CI {diff - half:+.2f}, +{diff + half:.2f}]".replace("-", "−") in text)
     assert "(3 seeds against 3; test gives the same sign" in text
-    assert "arXiv 2512.19428 Table 3: +0.27 on test (85.38 against 85.11)" in text
+    assert "arXiv 2512.19428 Table 3: +0.27 on test (85.38 against 85.11), +0.05 on validation" in text
     assert "beside the Transformer head's 81.07: linear probe 69.00, hypothesis only 61.00" in text
     # from scratch: one seed a side, and the failed run is not a result
     assert "From scratch, grassmann minus attention: +2.00 points on validation, −0.50 points on test" in text

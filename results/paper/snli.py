@@ -107,11 +107,14 @@ def _published(published: pd.DataFrame | None, setting: str) -> list[str]:
     rows = published[(published["task"] == "snli") & (published["setting"] == setting)]
     out = []
     for source, grp in rows.groupby("source", sort=False):
+        said = []
         for split in ("test", "validation"):
             at = grp[grp["split"] == split].set_index("mixer")["value"].astype(float)
             if {"grassmann", "attention"} <= set(at.index):
                 g, a = at["grassmann"], at["attention"]
-                out.append(f"{source}: {_points(100 * (g - a))} on {split} ({100 * g:.2f} against {100 * a:.2f})")
+                said.append(f"{_points(100 * (g - a))} on {split} ({100 * g:.2f} against {100 * a:.2f})")
+        if said:
+            out.append(f"{source}: {', '.join(said)}")
     return out
 
 
