@@ -45,7 +45,7 @@ def test_each_reading_reads_against_attention_of_its_own_block_at_each_ones_best
     # the best attention of any block: the small-init pre-LN one, on its one seed
     assert lines["grassmann pre-LN"][6].startswith("+6.6 % (attention pre-LN small init)")
     small = lines["grassmann pre-LN small init"]
-    assert small[2:6] == ["attention pre-LN small init", "+10.6 %", "1 / 1", "one seed a side: no verdict (in the "
+    assert small[2:6] == ["attention pre-LN small init", "+10.6 %", "1 / 1", "one seed on a side: no verdict (in the "
                                                                               "paper's 10–15 %)"]
     assert small[6].strip(" |") == "+10.6 % (attention pre-LN small init)"
     assert text.endswith("Published at 6L/128, each against its own Transformer: a/post +30.0 % (post-LN); "
@@ -63,6 +63,6 @@ def test_a_reading_without_attention_in_its_block_and_a_depth_nobody_published()
 def test_what_a_gap_reads_as_and_the_block_a_note_states():
     assert reads_as(0.12, 0.11, 0.13) == "trails (in the paper's 10–15 %)"
     assert reads_as(-0.02, -0.05, 0.01) == "closes the gap" and reads_as(-0.1, -0.2, -0.01) == "reverses the gap"
-    assert reads_as(0.3, None, None) == "one seed a side: no verdict"
+    assert reads_as(0.3, None, None) == "one seed on a side: no verdict"
     assert stated_block("bert tokenizer; pre-norm (model.pre_norm=true) with N(0, 0.02) init") == "pre-LN, small init"
     assert stated_block("post-norm (pre_norm=false)") == "post-LN" and stated_block(float("nan")) == "block not stated"

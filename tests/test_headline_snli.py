@@ -17,7 +17,8 @@ def _run(label, lr, seed, val, test, head=None, inputs="pair", backbone=MINILM, 
     return {"task": "snli", "run_status": status, "label": label, "setting": setting, "seed": seed,
             "config.train.lr": lr, "head": head, "inputs": inputs, "backbone": None if setting == "scratch" else backbone,
             "mixer": mixer or {"transformer": "attention"}.get(head, head), "best_val_accuracy": val,
-            "test_accuracy": test, "params_trainable": 1_500_000, "params": 24_200_000}
+            "test_accuracy": test, "params_trainable": {"prior": 3, "linear": 1_155}.get(head, 1_500_000),
+            "params": 24_200_000}
 
 
 def _records():
@@ -30,8 +31,10 @@ def _records():
         rows.append(_run("Grassmann-Plücker head", lr, 0, v, v - 0.005, head="grassmann"))
     rows += [_run("Grassmann-Plücker head", 2e-3, s, 0.83 + d, 0.825 + d, head="grassmann")
              for s, d in ((1, -0.006), (2, 0.001))]
-    rows += [_run("majority class", 1e-3, 0, 0.34, 0.33, head="prior"),
-             _run("linear probe", 1e-3, 0, 0.70, 0.69, head="linear"),
+    rows += [_run("majority class", lr, 0, 0.34, 0.33, head="prior") for lr in (5e-4, 1e-3)]  # a tie: no edge
+    rows += [_run("linear probe", 2e-3, 0, 0.60, 0.59, head="linear")]
+    rows += [
+_run("linear probe", 1e-3, 0, 0.70, 0.69, head="linear"),
              _run("hypothesis only", 1e-3, 0, 0.60, 0.61, head="transformer", inputs="hypothesis"),
              _run("random backbone", 1e-3, 0, 0.55, 0.54, head="transformer", backbone=RANDOM),
              _run("grassmann", 1e-3, 0, 0.66, 0.65, setting="scratch", mixer="grassmann"),
@@ -58,6 +61,10 @@ def test_the_table_reads_each_model_at_its_rate_chosen_on_validation():
     assert transformer[4:7] == ["0.001 (of 3)", "0, 1, 2", "82.07 ± 0.31"]  # 82.0, 82.4, 81.8
     assert grassmann[4] == "0.002 (largest of 3)" and grassmann[5] == "0, 1, 2"
     assert transformer[1] == "all-MiniLM-L6-v2 features, the pair" and transformer[2:4] == ["1.50M", "24.2M"]
+    probe, prior = (next(line for line in lines if line.startswith(f"| {m}")).split(" | ") for m in
+                    ("linear probe", "majority class"))
+    assert probe[2] == "1,155" and probe[4] == "0.001 (smallest of 2)"  # a small count whole; the edge named
+    assert prior[2] == "3" and prior[4] == "0.0005 (of 2)"  # every rate ties: no edge claimed
     hypothesis = next(line for line in lines if line.startswith("| hypothesis only"))
     assert "features, the hypothesis only" in hypothesis
     assert "all-MiniLM-L6-v2 architecture, random init features" in next(line for line in lines
@@ -83,7 +90,7 @@ def test_the_verdict_gives_the_heads_difference_with_welchs_interval_and_the_pub
     assert "beside the Transformer head's 81.07: linear probe 69.00, hypothesis only 61.00" in text
     # from scratch: one seed a side, and the failed run is not a result
     assert "From scratch, grassmann minus attention: +2.00 points on validation, −0.50 points on test" in text
-    assert "one seed a side, so no interval" in text
+    assert "one seed on a side, so no interval" in text
     assert "alphaXiv/paper-implementations: −0.07 on test (67.87 against 67.94)" in text
 
 
@@ -108,6 +115,7 @@ def test_the_figure_draws_the_tables_models_in_its_order_at_their_chosen_rates(t
     assert abs(test.at["Transformer head", "y"] - 81.0667) < 1e-3 and test.at["Transformer head", "seeds"] == 3
     assert test.at["attention", "y"] == 65.5 and pd.isna(test.at["attention", "lo"])  # the failed run drawn nowhere
     bracket = pd.read_csv(plot_lr_bracket(frame, tmp_path, "snli").with_suffix(".csv"))
-    assert set(bracket["label"]) == {"Transformer head", "Grassmann-Plücker head"}  # the models tried at several rates
-    assert bracket[bracket["chosen"]].set_index("label")["x"].to_dict() == {"Transformer head": 1e-3,
-                                                                            "Grassmann-Plücker head": 2e-3}
+    # the models tried at several rates
+    assert set(bracket["label"]) == {"Transformer head", "Grassmann-Plücker head", "linear probe", "majority class"}
+    assert bracket[bracket["chosen"]].set_index("label")["x"].to_dict() == {
+        "Transformer head": 1e-3, "Grassmann-Plücker head": 2e-3, "linear probe": 1e-3, "majority class": 5e-4}

@@ -26,10 +26,10 @@ def _pct(x: float) -> str:
 def reads_as(gap: float, low: float | None, high: float | None) -> str:
     """What a gap with its interval says: "reverses the gap" (all of it below 0), "closes
     the gap" (the interval holds 0), "trails" (all of it above 0), the paper's range named
-    where the gap falls in it; with no interval (one seed a side), no verdict."""
+    where the gap falls in it; with no interval (a side with one seed), no verdict."""
     inside = " (in the paper's 10–15 %)" if PAPER_RANGE[0] <= gap <= PAPER_RANGE[1] else ""
     if low is None:
-        return f"one seed a side: no verdict{inside}"
+        return f"one seed on a side: no verdict{inside}"
     if high < 0:
         return "reverses the gap"
     return ("closes the gap" if low <= 0 else "trails") + inside

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..report import markdown_table
-from ..stats import SNLI_HEADS, chosen, snli_order, snli_role, split_agreement, welch_interval
+from ..stats import SNLI_HEADS, chosen, lr_means, snli_order, snli_role, split_agreement, welch_interval
 
 METRICS = (("best_val_accuracy", "validation"), ("test_accuracy", "test"))
 HEAD_NAMES = {"transformer": "Transformer", "grassmann": "Grassmann-Plücker"}  # for a head with no record yet
@@ -40,7 +40,12 @@ def _chosen(frame: pd.DataFrame) -> pd.DataFrame:
         return ok
     rates = ok.groupby("label")["config.train.lr"].agg(lambda r: tuple(sorted(set(r))))
     picked = chosen(ok, "snli")
-    return picked.assign(role=picked.apply(snli_role, axis=1), rates=picked["label"].map(rates))
+    # whether the chosen rate beats every other on the seeds all rates ran (a tie, as the
+    # class prior's at every rate, says nothing of where the best lies)
+    alone = {label: (lambda means: (means == means.max()).sum() == 1)(lr_means(grp, "best_val_accuracy")[0])
+             for label, grp in ok.assign(lr=ok["config.train.lr"]).groupby("label")}
+    return picked.assign(role=picked.apply(snli_role, axis=1), rates=picked["label"].map(rates),
+                         alone=picked["label"].map(alone))
 
 
 def _accuracy(values: pd.Series) -> str:
@@ -51,11 +56,17 @@ def _accuracy(values: pd.Series) -> str:
     return f"{v.mean():.2f}" + (f" ± {v.std():.2f}" if len(v) > 1 else "")
 
 
+def _count(n: int) -> str:
+    """A parameter count: in millions, or whole where it is small (a probe's, a prior's)."""
+    return f"{n / 1e6:.2f}M" if n >= 100_000 else f"{int(n):,}"
+
+
 def _rate(runs: pd.DataFrame) -> str:
     lr, rates = runs["lr"].iloc[0], runs["rates"].iloc[0]
     if len(rates) < 2:
         return f"{lr:g}"
-    edge = "largest" if lr == rates[-1] else "smallest" if lr == rates[0] else None
+    edge = None if not runs["alone"].iloc[0] else "largest" if lr == rates[-1] else "smallest" if lr == rates[0] \
+        else None
     return f"{lr:g} ({edge} of {len(rates)})" if edge else f"{lr:g} (of {len(rates)})"
 
 
@@ -71,7 +82,7 @@ def snli_table(frame: pd.DataFrame) -> str:
     for label in snli_order(picked):
         runs = picked[picked["label"] == label]
         first = runs.iloc[0]
-        lines.append([label, _reads(first), f"{first['params_trainable'] / 1e6:.2f}M", f"{first['params'] / 1e6:.1f}M",
+        lines.append([label, _reads(first), _count(first["params_trainable"]), f"{first['params'] / 1e6:.1f}M",
                       _rate(runs), ", ".join(str(int(s)) for s in sorted(runs["seed"])),
                       *(_accuracy(runs[m]) for m, _ in METRICS)])
     header = ["model", "reads", "trainable params", "params total", "lr (of the rates tried)", "seeds",
@@ -95,7 +106,7 @@ def _difference(picked: pd.DataFrame, mine: str, control: str) -> str:
     said = [f"{_points(d)} points on {split}" + ("" if lo is None else f" [95 % CI {_points(lo)}, {_points(hi)}]")
             for split, (d, lo, hi) in read.items()]
     seeds = f"{len(sides[mine])} seed{'s' if len(sides[mine]) > 1 else ''} against {len(sides[control])}"
-    agree = ("; one seed a side, so no interval" if read["test"][1] is None
+    agree = ("; one seed on a side, so no interval" if read["test"][1] is None
              else f"; test gives {split_agreement(read['validation'], read['test'])}")
     return f"{', '.join(said)} ({seeds}{agree})"
 
