@@ -90,7 +90,7 @@ def test_the_verdict_gives_the_heads_difference_with_welchs_interval_and_the_pub
     assert "beside the Transformer head's 81.07: linear probe 69.00, hypothesis only 61.00" in text
     # from scratch: one seed a side, and the failed run is not a result
     assert "From scratch, grassmann minus attention: +2.00 points on validation, −0.50 points on test" in text
-    assert "one seed on a side, so no interval" in text
+    assert "(1 seed against 1; test gives the opposite sign (no interval))" in text
     assert "alphaXiv/paper-implementations: −0.07 on test (67.87 against 67.94)" in text
 
 

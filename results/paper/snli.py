@@ -106,8 +106,7 @@ def _difference(picked: pd.DataFrame, mine: str, control: str) -> str:
     said = [f"{_points(d)} points on {split}" + ("" if lo is None else f" [95 % CI {_points(lo)}, {_points(hi)}]")
             for split, (d, lo, hi) in read.items()]
     seeds = f"{len(sides[mine])} seed{'s' if len(sides[mine]) > 1 else ''} against {len(sides[control])}"
-    agree = ("; one seed on a side, so no interval" if read["test"][1] is None
-             else f"; test gives {split_agreement(read['validation'], read['test'])}")
+    agree = f"; test gives {split_agreement(read['validation'], read['test'])}"
     return f"{', '.join(said)} ({seeds}{agree})"
 
 
