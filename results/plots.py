@@ -25,7 +25,7 @@ from matplotlib import ticker  # noqa: E402
 
 from results.stats import (SELECT_ON, SNLI_ROLES, best_over_lr, block_attention, bracket, chosen, gap_interval,  # noqa: E402
                            mad_scores, position_curves, published_mad_by_mixer, read_published, seed_interval,
-                           snli_order, snli_role, tried_runs)
+                           snli_chosen, snli_order, tried_runs)
 from results.style import looks, mixer_of  # noqa: E402
 
 # Scaling measurements by the names a record may use for them, with their axis label.
@@ -294,9 +294,7 @@ def plot_snli(df: pd.DataFrame, out: Path) -> Path | None:
     metrics = [m for m in SNLI_METRICS if m in rows and rows[m].notna().any()]
     if rows.empty or not metrics:
         return None
-    rows = chosen(rows, "snli")
-    rows = rows.assign(**{c: rows[c] if c in rows else None for c in ("head", "backbone", "inputs")})
-    rows = rows.assign(role=rows.apply(snli_role, axis=1))
+    rows = snli_chosen(rows)
     order = snli_order(rows)
     roles = rows.groupby("label")["role"].first()
     points = pd.concat([seed_points(rows.assign(y=100 * rows[m]), ["label"], "y").assign(panel=SNLI_METRICS[m])

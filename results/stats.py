@@ -91,6 +91,15 @@ def snli_role(row: pd.Series) -> str:
         else "control"
 
 
+def snli_chosen(rows: pd.DataFrame) -> pd.DataFrame:
+    """SNLI runs (ok ones) at each model's chosen rate (``chosen``), with the columns a
+    record of an older run may lack (head, backbone, inputs) filled with None and each
+    run's ``role`` (``snli_role``) added."""
+    picked = chosen(rows, "snli")
+    picked = picked.assign(**{c: picked[c] if c in picked else None for c in ("head", "backbone", "inputs")})
+    return picked.assign(role=picked.apply(snli_role, axis=1))
+
+
 def snli_order(picked: pd.DataFrame) -> list[str]:
     """The labels of SNLI runs (``chosen``'s, with a ``role`` column) in reading order:
     heads (the Transformer head first), controls, scratch models, each group best first on

@@ -13,14 +13,10 @@ import pandas as pd
 
 from ..report import markdown_table
 from ..stats import at_best_lr, block_attention, gap_interval
-from .findings import published_gap_rows
+from .findings import _pct, published_gap_rows
 from .roles import LM_ROLES, by_role
 
 PAPER_RANGE = (0.10, 0.15)  # the paper's claimed gap to a size-matched Transformer
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:+.1f} %".replace("-", "−")
 
 
 def reads_as(gap: float, low: float | None, high: float | None) -> str:

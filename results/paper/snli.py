@@ -12,7 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..report import markdown_table
-from ..stats import SNLI_HEADS, chosen, lr_means, snli_order, snli_role, split_agreement, welch_interval
+from ..stats import SNLI_HEADS, lr_means, snli_chosen, snli_order, split_agreement, welch_interval
 
 METRICS = (("best_val_accuracy", "validation"), ("test_accuracy", "test"))
 HEAD_NAMES = {"transformer": "Transformer", "grassmann": "Grassmann-Plücker"}  # for a head with no record yet
@@ -39,13 +39,12 @@ def _chosen(frame: pd.DataFrame) -> pd.DataFrame:
     if ok.empty:
         return ok
     rates = ok.groupby("label")["config.train.lr"].agg(lambda r: tuple(sorted(set(r))))
-    picked = chosen(ok, "snli")
+    picked = snli_chosen(ok)
     # whether the chosen rate beats every other on the seeds all rates ran (a tie, as the
     # class prior's at every rate, says nothing of where the best lies)
     alone = {label: (lambda means: (means == means.max()).sum() == 1)(lr_means(grp, "best_val_accuracy")[0])
              for label, grp in ok.assign(lr=ok["config.train.lr"]).groupby("label")}
-    return picked.assign(role=picked.apply(snli_role, axis=1), rates=picked["label"].map(rates),
-                         alone=picked["label"].map(alone))
+    return picked.assign(rates=picked["label"].map(rates), alone=picked["label"].map(alone))
 
 
 def _accuracy(values: pd.Series) -> str:
