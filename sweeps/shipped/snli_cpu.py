@@ -23,8 +23,10 @@ attention's parameter count without embeddings (``auto``), on ``premise [SEP]
 hypothesis`` with a word vocabulary of the SNLI splits, last-token pooling (every mixer is
 causal), EPOCHS_SCRATCH passes over dev.
 
-Every label runs the bracket LRS at seed 0; SEEDS at each label's best rate follow once
-the bracket has run (BEST_LR, set here from its records, as wikitext2_6L_cpu does).
+Every label runs the bracket LRS at seed 0; a label whose best rate lies at an edge of it
+runs the next rates beyond that edge (EDGE_LRS, appended: the bracket's run ids stay);
+SEEDS at each label's best rate follow once the bracket has run (BEST_LR, set here from
+its records, as wikitext2_6L_cpu does).
 
     linbench run snli_cpu --parallel 2 --results-dir results/reference
     linbench report snli_cpu --results-dir results/reference
@@ -37,7 +39,10 @@ from tasks.wikitext2 import paper_model_config
 
 LRS = (5e-4, 1e-3, 2e-3)
 SEEDS = (0, 1, 2)
-BEST_LR: dict[str, float] = {}  # label -> rate, once its bracket has run
+# label -> rates beyond the bracket's edge where its best seed-0 run lay (the Transformer
+# head best at the lowest rate, the linear probe at the highest)
+EDGE_LRS = {"Transformer head": (2.5e-4,), "linear probe": (4e-3, 8e-3, 1.6e-2, 3.2e-2, 6.4e-2, 1.28e-1)}
+BEST_LR: dict[str, float] = {"majority class": 5e-4, "linear probe": 3.2e-2, "hypothesis only": 1e-3}  # label -> rate, once its bracket has run
 EPOCHS_HEADS = 10
 EPOCHS_SCRATCH = 5
 
@@ -77,5 +82,6 @@ def config(label: str, seed: int, lr: float) -> RunConfig:
 
 # The heads and controls first (minutes each on cached features), then the scratch brackets.
 configs = [config(label, 0, lr) for label in (*HEADS, *MIXERS) for lr in LRS]
+configs += [config(label, 0, lr) for label, rates in EDGE_LRS.items() for lr in rates]
 configs += [config(label, seed, BEST_LR[label]) for label in (*HEADS, *MIXERS) if label in BEST_LR
             for seed in SEEDS[1:]]
