@@ -86,7 +86,7 @@ class Budget:
 
 
 BUDGETS = {
-    "test": Budget("CI-sized, about a minute on 2 cores: it exercises every stage and says nothing of quality",
+    "test": Budget("CI-sized: it exercises every stage and says nothing of quality, its verdicts included",
                    seeds=(0,), scaling=dict(d_model=16, min_len=32, max_len=64, tokens=256, repeats=1),
                    decode=dict(d_model=16, contexts=(0, 32), new_tokens=4, warmup=2, bandwidth_mb=8),
                    small=Small(seq_len=32, kv_pairs=2, widths=(16,), steps=30, lrs=(3e-3,), train_examples=256,
