@@ -21,7 +21,7 @@ def test_the_fixed_state_mixers_are_the_recurrent_ones_and_the_window():
     assert "attention" not in FIXED and {"mamba", "mamba2", "gla", "grassmann", "sliding_window"} <= set(FIXED)
 
 
-@pytest.mark.parametrize("impl", ["compiled", "compiled_torch", "frozen", "graphed"])
+@pytest.mark.parametrize("impl", ["compiled", "compiled_torch", "frozen", "graphed", "blas"])
 @pytest.mark.parametrize("name", FIXED)
 def test_the_compiled_step_equals_the_eager_one_in_float64(name, impl):
     torch.manual_seed(0)

@@ -36,6 +36,11 @@ step, as mamba_ssm's ``cg=True`` decoding), and "auto" times it there in the pla
 of its outputs: a state stays a value that two branches may step from. On a CPU the same
 mode compiles without graphs; it is there so that the tests run its code.
 
+At batch 16 and d_model 1,024 the products' arithmetic bounds a step, and torch's CPU BLAS
+is not the fastest one on every CPU: "blas" runs the eager step with its ``nn.Linear``
+products through numpy's BLAS (``zoo.ops.blas``; offered where numpy's BLAS is an OpenBLAS
+whose threads can be pinned to torch's), and "auto" times it beside the others on a CPU.
+
 Only mixers whose state does not grow (``state_size`` the same at 4k and 8k tokens) are
 compiled: a KV cache changes shape every block of tokens, and each shape would be a new
 compilation. A mixer whose compilation fails keeps its eager step.
@@ -50,9 +55,10 @@ import torch._inductor.config as inductor_config
 import torch.nn as nn
 
 from .mixers.base import Mixer
+from .ops import blas as numpy_blas
 from .ops.fastpath import fastest, torch_only
 
-STEP_IMPLS = ("eager", "compiled", "compiled_torch", "frozen", "graphed", "auto")
+STEP_IMPLS = ("eager", "compiled", "compiled_torch", "frozen", "graphed", "blas", "auto")
 # inductor's options for "frozen": constant weights, which its C++ GEMM template needs, and
 # that template timed against the library's call for each product (ATEN alone where the
 # template does not apply, float64 for one)
@@ -102,8 +108,15 @@ def step_forms(m: Mixer) -> dict:
         y, new = replayed(x, state)
         return y.clone(), _copied(new)  # ... because the caller holds copies of them
 
-    return {"eager": m.step, "compiled": compiled, "compiled_torch": compiled_torch, "frozen": frozen,
-            "graphed": graphed}
+    eager = m.step
+
+    def blas(x, state):
+        with numpy_blas.products():
+            return eager(x, state)
+
+    forms = {"eager": eager, "compiled": compiled, "compiled_torch": compiled_torch, "frozen": frozen,
+             "graphed": graphed}
+    return forms | ({"blas": blas} if numpy_blas.available() else {})
 
 
 def _own_step(m: Mixer):
@@ -130,7 +143,7 @@ def _copied(state):
 def fast_steps(module: nn.Module, batch: int, impl: str = "auto", context: int = 16) -> dict[str, str]:
     """Give every fixed-state mixer in ``module`` (a mixer or an LM) the step ``impl`` says
     (one of STEP_IMPLS; "auto": the fastest over a state after ``context`` tokens, of
-    eager, compiled and compiled_torch, and frozen on a CPU or graphed on CUDA). The step is set on the
+    eager, compiled and compiled_torch, frozen and blas on a CPU or graphed on CUDA). The step is set on the
     instance, so an LM's ``step`` takes it through its blocks. Returns {module path: the
     form chosen}."""
     if impl not in STEP_IMPLS:
@@ -142,9 +155,13 @@ def fast_steps(module: nn.Module, batch: int, impl: str = "auto", context: int =
         forms = step_forms(m)
         p = next(m.parameters(), torch.empty(0))  # a mixer without weights: CPU, float32
         if impl != "auto":
+            if impl not in forms:
+                raise ValueError(f"step_impl={impl!r} cannot run here: numpy's BLAS is not an OpenBLAS whose "
+                                 f"threads can be set; choose one of {sorted(forms)}")
             name = impl
         else:
-            forms.pop("graphed" if p.device.type != "cuda" else "frozen")  # measured on a CPU only
+            for other in (("graphed",) if p.device.type != "cuda" else ("frozen", "blas")):  # the other device's
+                forms.pop(other, None)
             with torch.inference_mode():
                 _, state = m.prefill(torch.randn(batch, context, m.d_model, device=p.device, dtype=p.dtype),
                                      m.init_state(batch))

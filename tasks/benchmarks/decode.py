@@ -70,6 +70,7 @@ import torch.nn.functional as F
 import zoo
 from zoo.config import WHEN_SET, check_bounds, check_choice
 from zoo.mixers import check_mixer
+from zoo.ops import blas as numpy_blas
 
 from ..engine.cli import emit_points, format_table, parse_mixers
 from ..engine.allocator import tune_malloc
@@ -290,11 +291,16 @@ def measure_matmul_rate(device: torch.device, batch: int, d_model: int, dtype: t
     rows of width ``d_model`` through a (4 d_model, d_model) weight in ``dtype``, the
     median of ``repeats``. At a small batch a product reads its weight faster than it
     multiplies it (on this project's CPUs from batch 16 at float32): then arithmetic, not
-    memory, bounds the step."""
+    memory, bounds the step. The faster of torch's product and numpy's BLAS where a step may
+    use that (``zoo.ops.blas``, the "blas" step form): the limit is the best product here."""
     x = torch.randn(batch, d_model, device=device, dtype=dtype)
     w = torch.randn(4 * d_model, d_model, device=device, dtype=dtype)
-    t = measure(lambda: F.linear(x, w), warmup=2, repeats=repeats, device=device)
-    return 2 * batch * w.numel() / (t["median_ms"] / 1e3) / 1e9
+    products = [F.linear]
+    if device.type == "cpu" and dtype in numpy_blas.DTYPES and numpy_blas.available():
+        products.append(numpy_blas.linear)
+    best = min(measure(lambda: product(x, w), warmup=2, repeats=repeats, device=device)["median_ms"]
+               for product in products)
+    return 2 * batch * w.numel() / (best / 1e3) / 1e9
 
 
 def run(cfg: DecodeConfig, workdir: Path | None = None, progress: bool = True) -> dict:
@@ -400,6 +406,7 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--step-impl", default="auto", choices=zoo.STEP_IMPLS,
                    help="a fixed-state mixer's step form (zoo.stepping): eager, compiled, compiled_torch, "
                         "frozen (weights as constants, C++ GEMMs), graphed (CUDA graphs), "
+                        "blas (the products through numpy's OpenBLAS), "
                         "or the fastest measured (default)")
     p.add_argument("--baseline", default="",
                    help="a mixer timed in the same process, interleaved round by round (ratio_to_baseline)")

@@ -1,0 +1,108 @@
+"""Dense products through numpy's BLAS, for CPU decode steps.
+
+At batch 16 and d_model 1,024 a decode step multiplies each weight it reads 16 times, so
+its products' arithmetic, not the memory they read, bounds it on one CPU thread. Which
+BLAS does that arithmetic then matters: torch's CPU wheel calls MKL, and numpy's wheels
+ship OpenBLAS, whose kernels for AVX2 ran a (16, 1,024) x (1,024, 4,096) float32 product
+1.3-1.8x faster than MKL's on this project's AMD EPYC (docs/performance.md has the
+measurement). Both are zero-copy views of the same memory, so a product can go either way.
+
+``products()`` is a torch function mode under which ``F.linear`` (every ``nn.Linear``) on CPU
+float32 / float64 tensors that autograd does not track runs as a numpy product, on as many
+BLAS threads as torch uses; every other call, and every call that needs a gradient, is
+torch's. The step form "blas" (``zoo.stepping``) runs a mixer's step under it, and "auto"
+keeps that form only where it times faster. ``linear_ref`` is the torch product it replaces.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import glob
+import os
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+DTYPES = (torch.float32, torch.float64)
+# how OpenBLAS prefixes its functions, by build: numpy's own wheels (scipy-openblas), others
+_PREFIXES = ("scipy_openblas_", "openblas_")
+
+
+@functools.cache
+def openblas() -> tuple[ctypes.CDLL, str, str] | None:
+    """numpy's OpenBLAS, the prefix and the suffix of its symbols ("64_" for the 64-bit-int builds numpy's
+    wheels ship), or None (another BLAS, or none found)."""
+    libs = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
+    for path in glob.glob(os.path.join(libs, "*openblas*")):
+        lib = ctypes.CDLL(path)  # numpy has loaded it already: this is the same handle
+        for prefix in _PREFIXES:
+            for suffix in ("64_", ""):
+                if hasattr(lib, f"{prefix}set_num_threads{suffix}"):
+                    return lib, prefix, suffix
+    return None
+
+
+def _thread_setter():
+    """Without it a product could spread over every core while torch keeps to its threads."""
+    lib, prefix, suffix = openblas()
+    return getattr(lib, f"{prefix}set_num_threads{suffix}")
+
+
+def available() -> bool:
+    """Whether numpy's BLAS can run here at torch's thread count."""
+    return openblas() is not None
+
+
+_threads = [0]  # the count last set on OpenBLAS
+
+
+def _pin_threads() -> None:
+    n = torch.get_num_threads()
+    if _threads[0] != n:
+        _thread_setter()(n)
+        _threads[0] = n
+
+
+def linear_ref(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    return F.linear(x, weight, bias)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear`` as a numpy product: x (..., K), weight (N, K), bias (N,) -> (..., N),
+    for CPU tensors of one dtype in DTYPES that need no gradient."""
+    _pin_threads()
+    rows = x.reshape(-1, x.shape[-1]).detach().numpy()  # (R, K), a view
+    out = torch.from_numpy(rows @ weight.detach().numpy().T)  # (R, N); .T is a view: BLAS reads it transposed
+    if bias is not None:
+        out += bias
+    return out.view(*x.shape[:-1], weight.shape[0])
+
+
+def _eligible(x, weight, bias) -> bool:
+    tensors = [t for t in (x, weight, bias) if t is not None]
+    return (all(t.device.type == "cpu" and t.dtype == x.dtype and t.layout == torch.strided for t in tensors)
+            and x.dtype in DTYPES and x.dim() >= 1
+            and not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)))
+
+
+class _Products(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.linear:
+            x, weight, *rest = args
+            bias = rest[0] if rest else kwargs.get("bias")
+            if _eligible(x, weight, bias):
+                return linear(x, weight, bias)
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def products():
+    """Within: eligible ``F.linear`` calls run through numpy's BLAS (see the module doc)."""
+    if not available():
+        raise RuntimeError("numpy's BLAS is not OpenBLAS with a thread setter here; the 'blas' step form needs it")
+    with _Products():
+        yield
