@@ -23,6 +23,9 @@ SOLVED = 0.9  # the attention control must reach this MQAR accuracy before recal
 SEPARABLE = 0.05  # two accuracies closer than this, on one seed a side, are not told apart
 
 
+NOT_READ = "not read at this budget"
+
+
 def _verdict(ours: list[float], theirs: list[float], higher_is_better: bool = True) -> str:
     """Is ``ours`` better than ``theirs``? Means apart by more than SEPARABLE and by more
     than both sides' seed spreads, else not separable."""
@@ -221,7 +224,11 @@ def card_markdown(mixer: str, meta: dict, checks: list[dict], frame: pd.DataFram
     tables and figures, never in a verdict."""
     lines, correct = correctness_rows(checks)
     if correct and frame is not None:
-        lines += recall_rows(frame, mixer) + mad_rows(frame, mixer) + lm_rows(frame, mixer) + cost_rows(frame, mixer)
+        measured = recall_rows(frame, mixer) + mad_rows(frame, mixer) + lm_rows(frame, mixer) + cost_rows(frame, mixer)
+        if not meta.get("reads", True):  # a budget too small to say anything of quality or cost
+            measured = [[claim, number, verdict if verdict.startswith("not run") else NOT_READ]
+                        for claim, number, verdict in measured]
+        lines += measured
     parts = _first_lines(mixer, meta) + ["## Verdicts\n\n" + markdown_table(["claim", "number", "verdict"], lines)]
     parts.append("## Correctness\n\n" + markdown_table(
         ["check", "result", "detail"],

@@ -82,6 +82,7 @@ class Budget:
     small: Small | None = None  # None: ``recipe``'s sweeps, their zoo rows read from committed records
     recipe: Recipe | None = None
     device: str = "cpu"  # where the timings run (the training runs take their sweep's device)
+    reads: bool = True  # False: the card shows the numbers, and no verdict beyond correctness
     against: tuple = ()  # zoo mixers timed beside attention when --against names none
 
 
@@ -90,7 +91,7 @@ BUDGETS = {
                    seeds=(0,), scaling=dict(d_model=16, min_len=32, max_len=64, tokens=256, repeats=1),
                    decode=dict(d_model=16, contexts=(0, 32), new_tokens=4, warmup=2, bandwidth_mb=8),
                    small=Small(seq_len=32, kv_pairs=2, widths=(16,), steps=30, lrs=(3e-3,), train_examples=256,
-                               mad_steps=6, mad_examples=(64, 32), lm_tokens=4096)),
+                               mad_steps=6, mad_examples=(64, 32), lm_tokens=4096), reads=False),
     "smoke": Budget("about 15 minutes on 2 CPU cores, one seed: a first look, not a verdict to publish",
                     seeds=(0,), scaling=dict(d_model=64, min_len=256, max_len=1024, tokens=4096, repeats=2),
                     decode=dict(d_model=64, contexts=(0, 1024, 4096), new_tokens=16),
@@ -285,6 +286,7 @@ def meta(budget: str, own: list[dict], reference: dict) -> dict:
                                          and BUDGETS[budget].device == "cuda" else "")
     ref = reference.values()
     return {"budget": budget, "note": BUDGETS[budget].note, "seeds": list(BUDGETS[budget].seeds),
+            "reads": BUDGETS[budget].reads,
             "hardware": "; ".join(devices) if devices else here_device,
             "commit": ", ".join(commits) if commits else here_commit,
             "reference": {"runs": len(reference), "sweeps": sorted({r.get("sweep") for r in ref}),

@@ -1,6 +1,6 @@
 """The compiled decode steps (zoo.stepping) compute what the mixer's own step computes:
 prefill a prompt, then step with each, in float64, for every fixed-state mixer; a KV
-cache (whose shape grows) is never compiled; "auto" keeps one of the three CPU forms; the
+cache (whose shape grows) is never compiled; "auto" keeps one of the CPU forms; the
 compiled form calls the fused CPU kernels and "compiled_torch" does not; "frozen" traces its
 weights as constants and refuses to run once they are written."""
 from __future__ import annotations
@@ -48,7 +48,7 @@ def test_auto_picks_by_measurement_in_an_lm_and_leaves_attention_eager():
     paths = [p for p, m in lm.named_modules() if isinstance(m, zoo.Mixer)]
     kinds = {p: type(m).__name__ for p, m in lm.named_modules() if isinstance(m, zoo.Mixer)}
     assert set(chosen) == {p for p in paths if kinds[p] == "GLA"}
-    assert set(chosen.values()) <= {"eager", "compiled", "compiled_torch", "frozen"}
+    assert set(chosen.values()) <= {"eager", "compiled", "compiled_torch", "frozen", "blas"}
     tokens = torch.randint(61, (1, 20))
     out = zoo.generate(lm, tokens[:, :4], new_tokens=10)
     with torch.no_grad():

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 import zoo
-from results.card import _verdict, cost_rows, lm_rows, mad_rows, recall_rows
+from results.card import NOT_READ, _verdict, cost_rows, lm_rows, mad_rows, recall_rows
 from results.records import load_records, records_frame
 from sweeps.cli import main as cli
 from sweeps.spec import local_data_dir
@@ -54,6 +54,10 @@ def test_a_correct_outside_mixer_gets_every_section(tmp_path):
     assert ("lower validation perplexity than attention, matched parameters" in verdicts) == bool(lm)
     assert ("not run: no local Wikitext-2 (set LINBENCH_DATA)" in verdicts) == (not lm)
     assert "capabilities (MAD, test accuracy): above attention on the tasks the control solves" in verdicts
+    # the test budget says nothing of quality or cost: its numbers are shown, no verdict read from them
+    rows = [line.split(" | ") for line in verdicts.splitlines() if line.startswith("| ") and " --- " not in line]
+    measured = [row[-1].rstrip(" |") for row in rows[2:]]  # past the header and the correctness row
+    assert measured and all(v == NOT_READ or v.startswith("not run") for v in measured), measured
     # a second vet resumes: nothing reruns, the same card
     assert cli(["vet", "outside_mixers.shift:ShiftMix", "--budget", "test", "--results-dir", str(tmp_path)]) == 0
 
