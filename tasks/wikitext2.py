@@ -30,7 +30,7 @@ import zoo
 from zoo.config import NOT_IN_ID, WHEN_SET, StrictConfig, check_bounds, check_choice
 
 
-from .engine.cli import add_run_arguments, run_from_cli
+from .engine.cli import add_run_arguments, mixer_name, run_from_cli
 from .engine.sources import LOCAL_OR_HUB
 from .engine.wikitext import load_wikitext2, unigram_perplexity, wikitext2_text
 from .engine.lm import Chunks, fit_lm
@@ -198,7 +198,7 @@ def beside_published(record: dict) -> str:
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="paper-6L", choices=sorted(PRESETS))
-    ap.add_argument("--mixer", default="attention", choices=sorted(zoo.MIXERS))
+    ap.add_argument("--mixer", default="attention", type=mixer_name, help="a registered mixer or an import path (module:Class)")
     ap.add_argument("--variant", default="tokens", choices=["tokens", "raw"])
     ap.add_argument("--tokenizer", default="word", choices=["word", "wordpiece", "bert-base-uncased"])
     ap.add_argument("--data-dir", default=None, help="local folder laid out as ../shared/data (default: the hub)")

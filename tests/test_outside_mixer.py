@@ -40,6 +40,19 @@ def test_shared_harness(check, kwargs, request):
     run_check(check, kwargs, request)
 
 
+def test_the_task_commands_take_its_import_path_for_mixer(capsys):
+    from tasks.engine.cli import mixer_name
+    from tasks.wikitext2 import main as wikitext2_main
+    assert mixer_name(OUTSIDE) == OUTSIDE and mixer_name("gla") == "gla"
+    with pytest.raises(SystemExit) as exit:  # refused before any data is read, in one line
+        wikitext2_main(["--mixer", "outside_mixers.shift:Nope"])
+    assert exit.value.code == 2 and "argument --mixer: " in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # the import path passes: the next bad argument is the one named
+        wikitext2_main(["--mixer", OUTSIDE, "--preset", "nope"])
+    err = capsys.readouterr().err
+    assert "argument --preset: " in err and "--mixer" not in err.splitlines()[-1]
+
+
 def test_parameter_matching_resizes_it():
     base = zoo.ModelConfig(vocab_size=64, d_model=64, n_layers=2, mixer_options={"n_heads": 2})
     model = matched_models(base, {"shift": (OUTSIDE, {})}, knob="auto")["shift"]

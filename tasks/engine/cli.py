@@ -9,6 +9,8 @@ import dataclasses
 import json
 from pathlib import Path
 
+import zoo
+
 from . import parallel
 
 
@@ -91,6 +93,16 @@ def mixer_label(name: str, options: dict) -> str:
     """The inverse of one ``parse_mixers`` item: ("sliding_window", {"window": 64}) ->
     "sliding_window:window=64", the name a benchmark's rows and tables carry."""
     return ":".join([name, *(f"{k}={v}" for k, v in options.items())])
+
+
+def mixer_name(name: str) -> str:
+    """argparse's type for a --mixer: a registered mixer or an import path (module:Class),
+    else a one-line refusal that lists the registered ones."""
+    try:
+        zoo.mixer_class(name)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return name
 
 
 def parse_mixers(spec: str) -> list[tuple[str, dict]]:

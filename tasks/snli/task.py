@@ -37,7 +37,7 @@ import torch.nn.functional as F
 import zoo
 from zoo.config import NOT_IN_ID, StrictConfig, check_bounds, check_choice
 
-from ..engine.cli import add_run_arguments, run_from_cli
+from ..engine.cli import add_run_arguments, mixer_name, run_from_cli
 from ..engine.paper import paper_model_config
 from ..engine.batches import epoch_indices
 from ..engine.cache import cache_root, cached, fingerprint
@@ -339,7 +339,8 @@ def beside_published(record: dict) -> str:
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--setting", default="scratch", choices=["scratch", "distilbert"])
-    ap.add_argument("--mixer", default="attention", choices=sorted(zoo.MIXERS), help="scratch setting")
+    ap.add_argument("--mixer", default="attention", type=mixer_name,
+                    help="scratch setting: a registered mixer or an import path (module:Class)")
     ap.add_argument("--pool", default="last", choices=["last", "mean"])
     ap.add_argument("--head", default="grassmann", choices=list(KINDS), help="distilbert setting")
     ap.add_argument("--backbone", default="distilbert-base-uncased",
