@@ -39,13 +39,28 @@ def test_linear_reads_a_strided_input_and_a_strided_weight():
     torch.testing.assert_close(blas.linear(x, w), blas.linear_ref(x, w), rtol=1e-12, atol=1e-12)
 
 
+def test_a_weights_transposed_copy_is_made_once_and_again_after_a_write():
+    layer = nn.Linear(16, 8, bias=False).double()
+    x = torch.randn(3, 16, dtype=torch.float64)
+    cache = {}
+    with torch.no_grad():
+        first = blas.transposed(layer.weight, cache)
+        assert blas.transposed(layer.weight, cache) is first and first.is_contiguous() and first.shape == (16, 8)
+        with blas.products(cache):
+            torch.testing.assert_close(layer(x), blas.linear_ref(x, layer.weight), rtol=1e-12, atol=1e-12)
+        layer.weight.mul_(2)  # written in place: the copy it held is stale
+        with blas.products(cache):
+            torch.testing.assert_close(layer(x), blas.linear_ref(x, layer.weight), rtol=1e-12, atol=1e-12)
+    assert blas.transposed(layer.weight, cache) is not first
+
+
 def _counting(monkeypatch) -> list:
     calls = []
     real = blas.linear
 
     def counted(*args):
         calls.append(args[0].shape)
-        return real(*args)
+        return real(*args)  # x, weight, bias, weight_t
 
     monkeypatch.setattr(blas, "linear", counted)
     return calls

@@ -109,9 +109,10 @@ def step_forms(m: Mixer) -> dict:
         return y.clone(), _copied(new)  # ... because the caller holds copies of them
 
     eager = m.step
+    kept = {}  # the weights' transposed copies, remade where a weight has been written
 
     def blas(x, state):
-        with numpy_blas.products():
+        with numpy_blas.products(kept):
             return eager(x, state)
 
     forms = {"eager": eager, "compiled": compiled, "compiled_torch": compiled_torch, "frozen": frozen,

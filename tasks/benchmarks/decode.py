@@ -291,15 +291,16 @@ def measure_matmul_rate(device: torch.device, batch: int, d_model: int, dtype: t
     rows of width ``d_model`` through a (4 d_model, d_model) weight in ``dtype``, the
     median of ``repeats``. At a small batch a product reads its weight faster than it
     multiplies it (on this project's CPUs from batch 16 at float32): then arithmetic, not
-    memory, bounds the step. The faster of torch's product and numpy's BLAS where a step may
-    use that (``zoo.ops.blas``, the "blas" step form): the limit is the best product here."""
+    memory, bounds the step. The faster of torch's product and numpy's BLAS on the weight's
+    transposed copy where a step may use that (``zoo.ops.blas``, the "blas" step form): the
+    limit is the best product here."""
     x = torch.randn(batch, d_model, device=device, dtype=dtype)
     w = torch.randn(4 * d_model, d_model, device=device, dtype=dtype)
-    products = [F.linear]
+    products = [lambda: F.linear(x, w)]
     if device.type == "cpu" and dtype in numpy_blas.DTYPES and numpy_blas.available():
-        products.append(numpy_blas.linear)
-    best = min(measure(lambda: product(x, w), warmup=2, repeats=repeats, device=device)["median_ms"]
-               for product in products)
+        w_t = w.t().contiguous()  # as the "blas" step holds its weights
+        products.append(lambda: numpy_blas.linear(x, w, None, w_t))
+    best = min(measure(product, warmup=2, repeats=repeats, device=device)["median_ms"] for product in products)
     return 2 * batch * w.numel() / (best / 1e3) / 1e9
 
 
