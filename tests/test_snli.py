@@ -419,7 +419,11 @@ def test_the_cpu_sweep_brackets_every_head_control_and_mixer():
     runs = {(r.label, r.config.seed, r.config.train.lr): r.config for r in load_sweep("snli_cpu").runs}
     labels = [*module.HEADS, *module.MIXERS]
     for label in labels:
-        assert {lr for (name, seed, lr) in runs if name == label and seed == 0} == set(module.LRS), label
+        # the bracket, and the rates past its edge where the best lay there
+        want = set(module.LRS) | set(module.EDGE_LRS.get(label, ()))
+        assert {lr for (name, seed, lr) in runs if name == label and seed == 0} == want, label
+    for label, rates in module.EDGE_LRS.items():  # all past one edge of the bracket
+        assert all(lr < min(module.LRS) for lr in rates) or all(lr > max(module.LRS) for lr in rates), label
     counts = {k: sum(p.numel() for p in Head(HeadConfig(kind=k), 384).parameters()) for k in ("transformer", "grassmann")}
     assert abs(counts["grassmann"] / counts["transformer"] - 1) < 0.02
     heads = {label: runs[label, 0, module.LRS[0]] for label in module.HEADS}
