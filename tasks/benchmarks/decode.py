@@ -231,28 +231,40 @@ def measure_point(cfg: dict, context: int, meter, deadline):
            "step_impl": ",".join(sorted(set(step_impls.values()))) or "eager"}
 
 
-def interleaved(module, state, base, base_state, inputs, rounds: int, device, deadline=None) -> dict:
-    """``rounds`` rounds of ``len(inputs)`` steps of ``module`` and of ``base``, alternating
-    which goes first, each round of each from a copy of its start state (made untimed).
-    Returns the baseline's median step (ms, the median over rounds) and the median, lowest
-    and highest over rounds of the ratio of the two rounds' median steps."""
-    ratios, base_ms = [], []
+def round_medians(contenders: dict, inputs, rounds: int, device, deadline=None) -> dict[str, list[float]]:
+    """``rounds`` rounds of ``len(inputs)`` steps of each contender ({name: (step, start
+    state)}), the order reversed every other round, each round of each from a copy of its
+    start state (made untimed). Returns each contender's round medians (ms), in round order."""
+    names = list(contenders)
+    out = {name: [] for name in names}
     for r in range(rounds):
-        pair = {}
-        for name in (("mixer", "base") if r % 2 == 0 else ("base", "mixer")):
-            m, s0 = (module, state) if name == "mixer" else (base, base_state)
+        for name in (names if r % 2 == 0 else names[::-1]):
+            fn, s0 = contenders[name]
             box = {"state": _map(torch.clone, s0)}
             feed = iter(inputs)
 
             def step():
-                _, box["state"] = m.step(next(feed), box["state"])
+                _, box["state"] = fn(next(feed), box["state"])
 
-            pair[name] = measure(step, 0, len(inputs), device, deadline)["median_ms"]
-        ratios.append(pair["mixer"] / pair["base"])
-        base_ms.append(pair["base"])
-    ratios.sort()
-    return {"baseline_ms": float(np.median(base_ms)), "ratio_to_baseline": float(np.median(ratios)),
-            "ratio_low": ratios[0], "ratio_high": ratios[-1], "ratio_rounds": rounds}
+            out[name].append(measure(step, 0, len(inputs), device, deadline)["median_ms"])
+    return out
+
+
+def ratio_summary(ms: list[float], base_ms: list[float]) -> dict:
+    """The median, lowest and highest over rounds of one contender's round against the other's."""
+    ratios = sorted(a / b for a, b in zip(ms, base_ms))
+    return {"ratio": float(np.median(ratios)), "ratio_low": ratios[0], "ratio_high": ratios[-1]}
+
+
+def interleaved(module, state, base, base_state, inputs, rounds: int, device, deadline=None) -> dict:
+    """``module``'s step against ``base``'s in interleaved rounds (round_medians). Returns the
+    baseline's median step (ms, the median over rounds) and the median, lowest and highest
+    over rounds of the ratio of the two rounds' median steps."""
+    ms = round_medians({"mixer": (module.step, state), "base": (base.step, base_state)}, inputs, rounds,
+                       device, deadline)
+    r = ratio_summary(ms["mixer"], ms["base"])
+    return {"baseline_ms": float(np.median(ms["base"])), "ratio_to_baseline": r["ratio"],
+            "ratio_low": r["ratio_low"], "ratio_high": r["ratio_high"], "ratio_rounds": rounds}
 
 
 LIMIT_ROUNDS = 5  # rounds of decode steps, each followed by the two probes
