@@ -3,9 +3,12 @@ strides; under ``products()`` only calls autograd does not track leave torch, on
 thread count; the "blas" step form sends every fixed-state mixer's dense products there."""
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 import torch.nn as nn
+from torch._dynamo.utils import counters
 
 from zoo import MIXERS, mixer_class
 from zoo.checks import decode
@@ -39,19 +42,25 @@ def test_linear_reads_a_strided_input_and_a_strided_weight():
     torch.testing.assert_close(blas.linear(x, w), blas.linear_ref(x, w), rtol=1e-12, atol=1e-12)
 
 
-def test_a_weights_transposed_copy_is_made_once_and_again_after_a_write():
+def test_a_weights_transposed_copy_is_made_once_again_after_a_write_and_goes_with_the_weight():
     layer = nn.Linear(16, 8, bias=False).double()
     x = torch.randn(3, 16, dtype=torch.float64)
-    cache = {}
     with torch.no_grad():
-        first = blas.transposed(layer.weight, cache)
-        assert blas.transposed(layer.weight, cache) is first and first.is_contiguous() and first.shape == (16, 8)
-        with blas.products(cache):
+        first = blas.transposed(layer.weight)
+        assert blas.transposed(layer.weight) is first and first.is_contiguous() and first.shape == (16, 8)
+        with blas.products():
             torch.testing.assert_close(layer(x), blas.linear_ref(x, layer.weight), rtol=1e-12, atol=1e-12)
         layer.weight.mul_(2)  # written in place: the copy it held is stale
-        with blas.products(cache):
+        with blas.products():
             torch.testing.assert_close(layer(x), blas.linear_ref(x, layer.weight), rtol=1e-12, atol=1e-12)
-    assert blas.transposed(layer.weight, cache) is not first
+    assert blas.transposed(layer.weight) is not first
+    blas.forget([layer.weight])
+    assert layer.weight not in blas._kept
+    blas.transposed(layer.weight)
+    n = len(blas._kept)
+    del layer
+    gc.collect()
+    assert len(blas._kept) == n - 1  # held weakly: no copy outlives its weight
 
 
 def _counting(monkeypatch) -> list:
@@ -97,16 +106,20 @@ def test_blas_runs_on_torchs_thread_count(threads):
         torch.set_num_threads(before)
 
 
+@pytest.mark.parametrize("impl", ["blas", "compiled_blas"])
 @pytest.mark.parametrize("name", FIXED)
-def test_the_blas_step_sends_the_mixers_dense_products_to_numpy(name, monkeypatch):
+def test_the_blas_steps_send_the_mixers_dense_products_to_numpy(name, impl, monkeypatch):
     torch.manual_seed(0)
     m = mixer_class(name)(D).to(torch.float64).eval()
     n_linear = sum(isinstance(layer, nn.Linear) for layer in m.modules())
-    assert fast_steps(m, batch=2, impl="blas") == {"": "blas"}
+    assert fast_steps(m, batch=2, impl=impl) == {"": impl}
     calls = _counting(monkeypatch)
+    counters.clear()
     with torch.no_grad():
         decode(m, torch.randn(2, 5, D, dtype=torch.float64), 2)  # 2 prefilled (torch's products), 3 stepped
     assert len(calls) == 3 * n_linear, f"{name}: {len(calls)} products through numpy in 3 steps, {n_linear} layers"
+    # compiled whole: the products are an op in the graph, not a break in it
+    assert not counters["graph_break"], f"{name}: {dict(counters['graph_break'])}"
 
 
 def test_a_step_form_that_cannot_run_here_is_refused_by_name(monkeypatch):
@@ -114,3 +127,21 @@ def test_a_step_form_that_cannot_run_here_is_refused_by_name(monkeypatch):
     m = mixer_class("gla")(D)
     with pytest.raises(ValueError, match="step_impl='blas' cannot run here.*eager"):
         fast_steps(m, batch=1, impl="blas")
+
+
+def test_auto_drops_the_transposed_copies_of_a_mixer_that_keeps_another_form(monkeypatch):
+    import zoo.stepping as stepping
+
+    def first_eager(fns, device, repeats):  # every form runs once, as timing them would
+        for fn in fns.values():
+            fn()
+        return "eager", {}
+
+    monkeypatch.setattr(stepping, "fastest", first_eager)
+    m = mixer_class("gla")(D).eval()
+    assert fast_steps(m, batch=1, impl="auto") == {"": "eager"}
+    assert not any(p in blas._kept for p in m.parameters())
+    fast_steps(m, batch=1, impl="blas")
+    with torch.no_grad():
+        decode(m, torch.randn(1, 3, D), 1)
+    assert any(p in blas._kept for p in m.parameters())

@@ -21,7 +21,7 @@ def test_the_fixed_state_mixers_are_the_recurrent_ones_and_the_window():
     assert "attention" not in FIXED and {"mamba", "mamba2", "gla", "grassmann", "sliding_window"} <= set(FIXED)
 
 
-@pytest.mark.parametrize("impl", ["compiled", "compiled_torch", "frozen", "graphed", "blas"])
+@pytest.mark.parametrize("impl", ["compiled", "compiled_torch", "frozen", "graphed", "blas", "compiled_blas"])
 @pytest.mark.parametrize("name", FIXED)
 def test_the_compiled_step_equals_the_eager_one_in_float64(name, impl):
     torch.manual_seed(0)
@@ -48,7 +48,7 @@ def test_auto_picks_by_measurement_in_an_lm_and_leaves_attention_eager():
     paths = [p for p, m in lm.named_modules() if isinstance(m, zoo.Mixer)]
     kinds = {p: type(m).__name__ for p, m in lm.named_modules() if isinstance(m, zoo.Mixer)}
     assert set(chosen) == {p for p in paths if kinds[p] == "GLA"}
-    assert set(chosen.values()) <= {"eager", "compiled", "compiled_torch", "frozen", "blas"}
+    assert set(chosen.values()) <= {"eager", "compiled", "compiled_torch", "frozen", "blas", "compiled_blas"}
     tokens = torch.randint(61, (1, 20))
     out = zoo.generate(lm, tokens[:, :4], new_tokens=10)
     with torch.no_grad():

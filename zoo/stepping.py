@@ -39,7 +39,8 @@ mode compiles without graphs; it is there so that the tests run its code.
 At batch 16 and d_model 1,024 the products' arithmetic bounds a step, and torch's CPU BLAS
 is not the fastest one on every CPU: "blas" runs the eager step with its ``nn.Linear``
 products through numpy's BLAS (``zoo.ops.blas``; offered where numpy's BLAS is an OpenBLAS
-whose threads can be pinned to torch's), and "auto" times it beside the others on a CPU.
+whose threads can be pinned to torch's), "compiled_blas" compiles that step around those
+products (a torch op of ours in the graph), and "auto" times both beside the others on a CPU.
 
 Only mixers whose state does not grow (``state_size`` the same at 4k and 8k tokens) are
 compiled: a KV cache changes shape every block of tokens, and each shape would be a new
@@ -58,7 +59,7 @@ from .mixers.base import Mixer
 from .ops import blas as numpy_blas
 from .ops.fastpath import fastest, torch_only
 
-STEP_IMPLS = ("eager", "compiled", "compiled_torch", "frozen", "graphed", "blas", "auto")
+STEP_IMPLS = ("eager", "compiled", "compiled_torch", "frozen", "graphed", "blas", "compiled_blas", "auto")
 # inductor's options for "frozen": constant weights, which its C++ GEMM template needs, and
 # that template timed against the library's call for each product (ATEN alone where the
 # template does not apply, float64 for one)
@@ -109,15 +110,18 @@ def step_forms(m: Mixer) -> dict:
         return y.clone(), _copied(new)  # ... because the caller holds copies of them
 
     eager = m.step
-    kept = {}  # the weights' transposed copies, remade where a weight has been written
 
     def blas(x, state):
-        with numpy_blas.products(kept):
+        with numpy_blas.products():
             return eager(x, state)
 
     forms = {"eager": eager, "compiled": compiled, "compiled_torch": compiled_torch, "frozen": frozen,
              "graphed": graphed}
-    return forms | ({"blas": blas} if numpy_blas.available() else {})
+    if not numpy_blas.available():
+        return forms
+    # traced through the function mode: the products stay numpy's, the rest is compiled around them
+    compiled_blas = torch.compile(_own(blas), dynamic=None)
+    return forms | {"blas": blas, "compiled_blas": compiled_blas}
 
 
 def _own_step(m: Mixer):
@@ -126,9 +130,13 @@ def _own_step(m: Mixer):
     function eagerly without a word. Every mixer's step is one function (base's state
     check around the class's step), and a frozen graph holds one mixer's weights: the
     layers of an LM would each need an entry in that one list, and exhaust it."""
-    fn = type(m).step
+    return types.MethodType(_own(type(m).step), m)
+
+
+def _own(fn):
+    """``fn`` over a copy of its code object (see _own_step)."""
     own = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
-    return types.MethodType(functools.wraps(fn)(own), m)
+    return functools.wraps(fn)(own)
 
 
 def _copied(state):
@@ -161,7 +169,8 @@ def fast_steps(module: nn.Module, batch: int, impl: str = "auto", context: int =
                                  f"threads can be set; choose one of {sorted(forms)}")
             name = impl
         else:
-            for other in (("graphed",) if p.device.type != "cuda" else ("frozen", "blas")):  # the other device's
+            # the other device's forms
+            for other in (("graphed",) if p.device.type != "cuda" else ("frozen", "blas", "compiled_blas")):
                 forms.pop(other, None)
             with torch.inference_mode():
                 _, state = m.prefill(torch.randn(batch, context, m.d_model, device=p.device, dtype=p.dtype),
@@ -175,5 +184,7 @@ def fast_steps(module: nn.Module, batch: int, impl: str = "auto", context: int =
                 name, _ = fastest({k: (lambda fn=fn: steps(fn)) for k, fn in forms.items()}, p.device, repeats=5)
         if name != "eager":
             m.step = forms[name]
+        if name not in ("blas", "compiled_blas"):
+            numpy_blas.forget(m.parameters())  # timed, not kept: the transposed copies go
         chosen[path] = name
     return chosen

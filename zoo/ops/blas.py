@@ -10,8 +10,10 @@ measurement). Both are zero-copy views of the same memory, so a product can go e
 ``products()`` is a torch function mode under which ``F.linear`` (every ``nn.Linear``) on CPU
 float32 / float64 tensors that autograd does not track runs as a numpy product, on as many
 BLAS threads as torch uses; every other call, and every call that needs a gradient, is
-torch's. The step form "blas" (``zoo.stepping``) runs a mixer's step under it, and "auto"
-keeps that form only where it times faster. ``linear_ref`` is the torch product it replaces.
+torch's. The product is the torch op ``linbench::blas_linear``, opaque to torch.compile, so
+a compiled step keeps it in its graph and fuses the rest around it. The step forms "blas"
+and "compiled_blas" (``zoo.stepping``) run a mixer's step under it, eager and compiled, and
+"auto" keeps one only where it times faster. ``linear_ref`` is the torch product it replaces.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
+from torch.utils.weak import WeakIdKeyDictionary
 
 DTYPES = (torch.float32, torch.float64)
 # how OpenBLAS prefixes its functions, by build: numpy's own wheels (scipy-openblas), others
@@ -85,15 +88,36 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return out.view(*x.shape[:-1], weight.shape[0])
 
 
-def transposed(weight: torch.Tensor, cache: dict) -> torch.Tensor:
-    """weight's (K, N) contiguous copy, made once and kept in ``cache`` while the weight
-    is unchanged (its version counter; an inference tensor keeps none and cannot be
-    written outside inference mode)."""
+# each weight's (K, N) copy and the version it was made at, for as long as the weight lives
+_kept = WeakIdKeyDictionary()
+
+
+def transposed(weight: torch.Tensor) -> torch.Tensor:
+    """weight's (K, N) contiguous copy, made once and kept while the weight is unchanged
+    (its version counter; an inference tensor keeps none and cannot be written outside
+    inference mode)."""
     version = 0 if weight.is_inference() else weight._version
-    held = cache.get(id(weight))
-    if held is None or held[0] is not weight or held[1] != version:
-        held = cache[id(weight)] = (weight, version, weight.detach().t().contiguous())
-    return held[2]
+    held = _kept.get(weight)
+    if held is None or held[0] != version:
+        held = _kept[weight] = (version, weight.detach().t().contiguous())
+    return held[1]
+
+
+def forget(weights) -> None:
+    """Drop the transposed copies of ``weights`` (a mixer that decodes in another form)."""
+    for w in weights:
+        _kept.pop(w, None)
+
+
+@torch.library.custom_op("linbench::blas_linear", mutates_args=())
+def blas_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, transpose: bool) -> torch.Tensor:
+    """``linear`` as a torch op; with ``transpose``, on the weight's kept (K, N) copy."""
+    return linear(x, weight, bias, transposed(weight) if transpose else None)
+
+
+@blas_linear.register_fake
+def _(x, weight, bias, transpose):
+    return x.new_empty(*x.shape[:-1], weight.shape[0])
 
 
 def _eligible(x, weight, bias) -> bool:
@@ -104,9 +128,9 @@ def _eligible(x, weight, bias) -> bool:
 
 
 class _Products(TorchFunctionMode):
-    def __init__(self, cache: dict | None):
+    def __init__(self, transpose: bool):
         super().__init__()
-        self.cache = cache
+        self.transpose = transpose
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -114,17 +138,19 @@ class _Products(TorchFunctionMode):
             x, weight, *rest = args
             bias = rest[0] if rest else kwargs.get("bias")
             if _eligible(x, weight, bias):
-                return linear(x, weight, bias, transposed(weight, self.cache) if self.cache is not None else None)
+                return blas_linear(x, weight, bias, self.transpose)
+        if func is torch.Tensor.unflatten:  # its Python wrapper's super() call stops torch.compile's trace
+            func = torch.unflatten
         return func(*args, **kwargs)
 
 
 @contextlib.contextmanager
-def products(cache: dict | None = None):
-    """Within: eligible ``F.linear`` calls run through numpy's BLAS (see the module doc).
-    ``cache``: a dict the caller keeps from call to call, where each weight's transposed
-    copy is held (``transposed``: twice the weights' memory, for the faster product);
-    None: the weights are read as they are."""
+def products(transpose: bool = True):
+    """Within: eligible ``F.linear`` calls run through numpy's BLAS (see the module doc), on
+    each weight's transposed copy (``transposed``: twice the weights' memory, for the
+    faster product) or, without ``transpose``, on the weight as it is. torch.compile traces
+    through it."""
     if not available():
-        raise RuntimeError("numpy's BLAS is not OpenBLAS with a thread setter here; the 'blas' step form needs it")
-    with _Products(cache):
+        raise RuntimeError("numpy's BLAS is not OpenBLAS with a thread setter here; the 'blas' step forms need it")
+    with _Products(transpose):
         yield
