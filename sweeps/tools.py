@@ -7,12 +7,14 @@ forms run the same ``main`` and stay as aliases.
     linbench task snli-paper --head grassmann       # python -m tasks.snli ...
     linbench task mqar-recipe --mixers attention    # python -m tasks.mqar ...
     linbench bench decode --mixers attention,gla    # python -m tasks.benchmarks.decode ...
+    linbench bench step-forms --mixers mamba        # python -m tasks.benchmarks.step_forms ...
     linbench mixers --d-model 256                   # python -m zoo ...
     linbench gpu-check --out gpu-check              # python -m tasks.benchmarks.gpu_check ...
 """
 from __future__ import annotations
 
 import importlib
+import sys
 
 # verb -> {name: (module whose main(argv) it runs, what it does)}; a single tool has name None
 TOOLS = {
@@ -23,7 +25,8 @@ TOOLS = {
     "bench": {"scaling": ("tasks.benchmarks.scaling", "forward and backward time and memory against L"),
               "decode": ("tasks.benchmarks.decode", "time per generated token against the context"),
               "trainstep": ("tasks.benchmarks.trainstep", "a training step's time against attention's"),
-              "chunk-sizes": ("tasks.benchmarks.chunk_sizes", "each chunked op's time per chunk size")},
+              "chunk-sizes": ("tasks.benchmarks.chunk_sizes", "each chunked op's time per chunk size"),
+              "step-forms": ("tasks.benchmarks.step_forms", "a decode step's forms timed side by side")},
     "mixers": {None: ("zoo.__main__", "the mixer table and which fast-path kernels run here")},
     "gpu-check": {None: ("tasks.benchmarks.gpu_check", "the device check: CUDA tests, parity, benchmarks")},
 }
@@ -55,5 +58,10 @@ def run_tool(verb: str, argv: list[str]) -> int:
         print(f"linbench {verb}: name one of {choices}, e.g. linbench {verb} {next(iter(tools))} --help")
         return 2
     module = importlib.import_module(tools[name][0])
-    result = module.main(argv[1:] if name is not None else argv)
+    # argparse names the program after argv[0]: the usage line then shows the words typed
+    argv0, sys.argv[0] = sys.argv[0], " ".join(["linbench", verb, *([name] if name else [])])
+    try:
+        result = module.main(argv[1:] if name is not None else argv)
+    finally:
+        sys.argv[0] = argv0
     return result if isinstance(result, int) else 0

@@ -7,11 +7,16 @@ defaults, overridden field by field (unknown fields are refused with the valid o
 from __future__ import annotations
 
 import argparse
+import sys
 import json
 
 from . import TASKS
 from .engine.cli import add_run_arguments, config_from_sets, run_from_cli
 
+# the tasks whose runs take more than their config's fields, each with a command line of its own
+OWN_CLIS = ("Tasks with a command line of their own: python -m tasks.wikitext2 (the paper's presets), "
+            "python -m tasks.snli (scratch, or a head over a frozen encoder), python -m tasks.mqar (several "
+            "mixers on the local recipe); under linbench: linbench task wikitext2-paper | snli-paper | mqar-recipe.")
 SUMMARY = ("status", "mixer", "accuracy", "best_val_ppl", "test_ppl", "test_accuracy", "steps", "wall_time")
 
 
@@ -21,7 +26,7 @@ def summary(record: dict) -> str:
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(prog="python -m tasks", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=OWN_CLIS)
     ap.add_argument("task", choices=sorted(TASKS))
     add_run_arguments(ap)
     args = ap.parse_args(argv)
@@ -34,4 +39,5 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
+    sys.argv[0] = "python -m tasks"  # the usage line names the command, not the file
     main()

@@ -19,6 +19,7 @@ test perplexity is measured with the weights of the best validation evaluation.
 from __future__ import annotations
 
 import argparse
+import sys
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -215,4 +216,5 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
+    sys.argv[0] = "python -m tasks.wikitext2"  # the usage line names the command, not the file
     main()

@@ -2,6 +2,9 @@
 import importlib
 import json
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +14,8 @@ from tasks.__main__ import main as task_cli
 from tasks.engine.batches import epoch_indices
 from tasks.engine.runs import checkpoint_path, refuse_non_causal, run_fields, score_best
 from tasks.engine.train import TrainConfig, TrainResult
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_epoch_indices_depend_on_the_seed_and_nothing_else():
@@ -73,7 +78,17 @@ def test_the_tools_run_under_linbench_as_under_python_m(tmp_path, capsys):
     assert linbench(["bench"]) == 2 and "name one of scaling, decode" in capsys.readouterr().out
     with pytest.raises(SystemExit):  # the tool's own help, which exits 0
         linbench(["bench", "decode", "--help"])
-    assert "--new-tokens" in capsys.readouterr().out
+    help_text = capsys.readouterr().out
+    assert "--new-tokens" in help_text and help_text.startswith("usage: linbench bench decode ")
     for tools in TOOLS.values():  # every module named is a command line
         for module, _ in tools.values():
             assert callable(importlib.import_module(module).main)
+
+
+@pytest.mark.parametrize("module", ["tasks", "tasks.snli", "tasks.mqar", "tasks.benchmarks.step_forms", "zoo"])
+def test_a_python_m_tool_names_itself_in_its_usage_line(module):
+    out = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, cwd=ROOT,
+                         timeout=300)
+    assert out.returncode == 0 and out.stdout.startswith(f"usage: python -m {module} "), out.stdout[:200]
+    if module == "tasks":  # the tasks with their own command line are named there
+        assert "python -m tasks.snli" in out.stdout and "linbench task wikitext2-paper" in out.stdout

@@ -4,6 +4,7 @@ which fast-path kernels can run on this machine and why not."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 import torch
 
@@ -42,4 +43,5 @@ def print_table(rows: list[dict]) -> None:
 
 
 if __name__ == "__main__":
+    sys.argv[0] = "python -m zoo"  # the usage line names the command, not the file
     main()

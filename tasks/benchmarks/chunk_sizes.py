@@ -96,4 +96,5 @@ if __name__ == "__main__":
     # as tasks.benchmarks.trainstep: children unpickle measure_chunks by its module name
     from tasks.benchmarks.chunk_sizes import main as _main
 
+    sys.argv[0] = "python -m tasks.benchmarks.chunk_sizes"  # the usage line names the command, not the file
     _main()

@@ -448,4 +448,5 @@ if __name__ == "__main__":
     # as tasks.benchmarks.scaling: children unpickle measure_point by its module name
     from tasks.benchmarks.decode import main as _main
 
+    sys.argv[0] = "python -m tasks.benchmarks.decode"  # the usage line names the command, not the file
     _main()

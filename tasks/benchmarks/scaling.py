@@ -14,6 +14,7 @@ limit makes a row with status "oom" / "timeout" (tasks.benchmarks.timing), and t
 from __future__ import annotations
 
 import argparse
+import sys
 import json
 import time
 from dataclasses import dataclass
@@ -190,4 +191,5 @@ if __name__ == "__main__":
     # its module name, which a forkserver child cannot resolve for __main__.
     from tasks.benchmarks.scaling import main as _main
 
+    sys.argv[0] = "python -m tasks.benchmarks.scaling"  # the usage line names the command, not the file
     _main()

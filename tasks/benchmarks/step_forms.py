@@ -115,4 +115,5 @@ def main(argv=None) -> list[dict]:
 
 
 if __name__ == "__main__":
+    sys.argv[0] = "python -m tasks.benchmarks.step_forms"  # the usage line names the command, not the file
     main()

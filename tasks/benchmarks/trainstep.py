@@ -362,4 +362,5 @@ if __name__ == "__main__":
     # its module name, which a forkserver child cannot resolve for __main__.
     from tasks.benchmarks.trainstep import main as _main
 
+    sys.argv[0] = "python -m tasks.benchmarks.trainstep"  # the usage line names the command, not the file
     _main()
