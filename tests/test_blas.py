@@ -102,6 +102,9 @@ def test_blas_runs_on_torchs_thread_count(threads):
     try:
         blas.linear(torch.randn(2, 8), torch.randn(3, 8))
         assert getattr(lib, f"{prefix}get_num_threads{suffix}")() == threads
+        getattr(lib, f"{prefix}set_num_threads{suffix}")(3 - threads)  # set behind blas's back
+        blas.linear(torch.randn(2, 8), torch.randn(3, 8))
+        assert getattr(lib, f"{prefix}get_num_threads{suffix}")() == threads
     finally:
         torch.set_num_threads(before)
 

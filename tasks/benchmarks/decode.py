@@ -419,7 +419,7 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--step-impl", default="auto", choices=zoo.STEP_IMPLS,
                    help="a fixed-state mixer's step form (zoo.stepping): eager, compiled, compiled_torch, "
                         "frozen (weights as constants, C++ GEMMs), graphed (CUDA graphs), "
-                        "blas (the products through numpy's OpenBLAS), "
+                        "blas (the products through numpy's OpenBLAS), compiled_blas (compiled around those), "
                         "or the fastest measured (default)")
     p.add_argument("--baseline", default="",
                    help="a mixer timed in the same process, interleaved round by round (ratio_to_baseline)")

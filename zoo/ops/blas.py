@@ -48,10 +48,12 @@ def openblas() -> tuple[ctypes.CDLL, str, str] | None:
     return None
 
 
-def _thread_setter():
-    """Without it a product could spread over every core while torch keeps to its threads."""
+@functools.cache
+def _threads(verb: str):
+    """OpenBLAS's thread count setter ("set") or getter ("get"). Without the setter a product
+    could spread over every core while torch keeps to its threads."""
     lib, prefix, suffix = openblas()
-    return getattr(lib, f"{prefix}set_num_threads{suffix}")
+    return getattr(lib, f"{prefix}{verb}_num_threads{suffix}")
 
 
 def available() -> bool:
@@ -59,14 +61,10 @@ def available() -> bool:
     return openblas() is not None
 
 
-_threads = [0]  # the count last set on OpenBLAS
-
-
 def _pin_threads() -> None:
     n = torch.get_num_threads()
-    if _threads[0] != n:
-        _thread_setter()(n)
-        _threads[0] = n
+    if _threads("get")() != n:  # read each time: numpy's users (threadpoolctl) may set it too
+        _threads("set")(n)
 
 
 def linear_ref(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
