@@ -4,6 +4,7 @@ thread count; the "blas" step form sends every fixed-state mixer's dense product
 from __future__ import annotations
 
 import gc
+import warnings
 
 import pytest
 import torch
@@ -118,11 +119,14 @@ def test_the_blas_steps_send_the_mixers_dense_products_to_numpy(name, impl, monk
     assert fast_steps(m, batch=2, impl=impl) == {"": impl}
     calls = _counting(monkeypatch)
     counters.clear()
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
         decode(m, torch.randn(2, 5, D, dtype=torch.float64), 2)  # 2 prefilled (torch's products), 3 stepped
     assert len(calls) == 3 * n_linear, f"{name}: {len(calls)} products through numpy in 3 steps, {n_linear} layers"
-    # compiled whole: the products are an op in the graph, not a break in it
+    # compiled whole: the products are an op in the graph, not a break in it, and dynamo
+    # traced nothing it had to give up on (the mode's setup, say)
     assert not counters["graph_break"], f"{name}: {dict(counters['graph_break'])}"
+    assert not [w for w in seen if "_dynamo" in w.filename], [str(w.message)[:200] for w in seen]
 
 
 def test_a_step_form_that_cannot_run_here_is_refused_by_name(monkeypatch):

@@ -62,8 +62,10 @@ from .ops.fastpath import fastest, torch_only
 STEP_IMPLS = ("eager", "compiled", "compiled_torch", "frozen", "graphed", "blas", "compiled_blas", "auto")
 # inductor's options for "frozen": constant weights, which its C++ GEMM template needs, and
 # that template timed against the library's call for each product (ATEN alone where the
-# template does not apply, float64 for one)
-FROZEN = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"}
+# template does not apply, float64 for one); the timings of every choice are not printed (a
+# table per product, dozens a model, on the first run)
+FROZEN = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN",
+          "autotune_num_choices_displayed": 0}
 
 
 def fixed_state(mixer: Mixer) -> bool:
@@ -110,15 +112,16 @@ def step_forms(m: Mixer) -> dict:
         return y.clone(), _copied(new)  # ... because the caller holds copies of them
 
     eager = m.step
-
-    def blas(x, state):
-        with numpy_blas.products():
-            return eager(x, state)
-
     forms = {"eager": eager, "compiled": compiled, "compiled_torch": compiled_torch, "frozen": frozen,
              "graphed": graphed}
     if not numpy_blas.available():
         return forms
+    products = numpy_blas.products()  # made here: the compiled form only enters it
+
+    def blas(x, state):
+        with products:
+            return eager(x, state)
+
     # traced through the function mode: the products stay numpy's, the rest is compiled around them
     compiled_blas = torch.compile(_own(blas), dynamic=None)
     return forms | {"blas": blas, "compiled_blas": compiled_blas}

@@ -17,7 +17,6 @@ and "compiled_blas" (``zoo.stepping``) run a mixer's step under it, eager and co
 """
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import glob
@@ -142,13 +141,12 @@ class _Products(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-@contextlib.contextmanager
-def products(transpose: bool = True):
-    """Within: eligible ``F.linear`` calls run through numpy's BLAS (see the module doc), on
-    each weight's transposed copy (``transposed``: twice the weights' memory, for the
-    faster product) or, without ``transpose``, on the weight as it is. torch.compile traces
-    through it."""
+def products(transpose: bool = True) -> TorchFunctionMode:
+    """A mode (``with products(): ...``, entered as often as wanted) within which eligible
+    ``F.linear`` calls run through numpy's BLAS (see the module doc), on each weight's
+    transposed copy (``transposed``: twice the weights' memory, for the faster product)
+    or, without ``transpose``, on the weight as it is. torch.compile traces through it:
+    make it outside the compiled function, which then only enters it."""
     if not available():
         raise RuntimeError("numpy's BLAS is not OpenBLAS with a thread setter here; the 'blas' step forms need it")
-    with _Products(transpose):
-        yield
+    return _Products(transpose)
