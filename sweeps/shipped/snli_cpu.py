@@ -42,7 +42,7 @@ SEEDS = (0, 1, 2)
 # label -> rates beyond the bracket's edge where its best seed-0 run lay (the Transformer
 # head and the random backbone best at the lowest rate, the linear probe at the highest)
 EDGE_LRS = {"Transformer head": (2.5e-4, 1.25e-4), "linear probe": (4e-3, 8e-3, 1.6e-2, 3.2e-2, 6.4e-2, 1.28e-1),
-            "random backbone": (2.5e-4,)}
+            "random backbone": (2.5e-4, 1.25e-4)}
 # label -> rate, once its bracket has run
 BEST_LR: dict[str, float] = {"majority class": 5e-4, "linear probe": 3.2e-2, "hypothesis only": 1e-3,
                              "Grassmann-Plücker head": 1e-3}
