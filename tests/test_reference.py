@@ -220,6 +220,21 @@ def test_the_compiled_decode_step_table_is_the_committed_csvs():
     assert step_impl_table(pairs) in (ROOT / "docs" / "performance.md").read_text()
 
 
+def test_the_step_forms_table_is_the_committed_csv():
+    """docs/performance.md's table of the step forms is forms_table of the committed CSV,
+    every row made by the one step_forms command it names."""
+    import csv
+
+    from tasks.benchmarks.step_forms import forms_table
+
+    with open(REFERENCE / "decode_steps_cpu" / "forms_d1024_b16.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert rows and len({r["command"] for r in rows}) == 1
+    assert rows[0]["command"].startswith("python -m tasks.benchmarks.step_forms ")
+    assert {r["form"] for r in rows if float(r["ratio"]) == 1.0} >= {rows[0]["form"]}
+    assert forms_table(rows) in (ROOT / "docs" / "performance.md").read_text()
+
+
 def _table_rows(text: str, name: str) -> dict[str, list[str]]:
     """{first cell: cells} of the headline table NAME as a page shows it."""
     body = text.split(f"<!-- headline:{name} -->\n", 1)[1].split("<!-- /headline -->", 1)[0]
