@@ -45,7 +45,7 @@ EDGE_LRS = {"Transformer head": (2.5e-4, 1.25e-4), "linear probe": (4e-3, 8e-3, 
             "random backbone": (2.5e-4, 1.25e-4)}
 # label -> rate, once its bracket has run
 BEST_LR: dict[str, float] = {"majority class": 5e-4, "linear probe": 3.2e-2, "hypothesis only": 1e-3,
-                             "Grassmann-Plücker head": 1e-3}
+                             "Grassmann-Plücker head": 1e-3, "Transformer head": 2.5e-4, "random backbone": 2.5e-4}
 EPOCHS_HEADS = 10
 EPOCHS_SCRATCH = 5
 
