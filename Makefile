@@ -50,7 +50,7 @@ lint: venv
 	$(BIN)/ruff check .
 
 test: venv lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -11,6 +11,10 @@ A form's reading is the median over rounds of its round median against the first
 in the same round (``ratio``, the lowest and highest round beside it); ``best_ms`` is
 its fastest round.
 
+It runs on the CPU only: the forms that differ there (blas, frozen, compiled_blas) are CPU
+forms, and a GPU's step is timed by tasks.benchmarks.decode (``make gpu-check``), whose
+``auto`` picks among the CUDA forms the same way.
+
     python -m tasks.benchmarks.step_forms --mixers mamba,gla --forms eager,blas,compiled \\
         --d-model 1024 --batch 16 --threads 1 --out forms.csv
 """
