@@ -290,3 +290,22 @@ def test_the_recall_findings_count_the_seeds_that_solve_from_the_records():
     n = len(seeds)
     assert f"L {L} {sum(a >= 0.99 for a in seeds)} of {n} seeds" in row[-1]
     assert f"({n}; {sum(a >= 0.99 for a in seeds)} ≥ 0.99)" in row[2]
+
+
+def test_the_flat_decoding_sentence_counts_from_the_records():
+    """The hand-written decoding sentence (results page and README) says in how many
+    fixed-state mixer-settings the time per token stays within 1.5x from 1,024 tokens to the
+    longest context, and the results page names each exception's ratio: both counted here
+    from the decode_cpu records."""
+    from results.paper.findings import decode_flat
+    from results.paper.headline import _decode_points
+
+    points = _decode_points(records_frame(load_records(REFERENCE / "decode_cpu")))
+    within, total, others = decode_flat(points)
+    assert total > within > 0
+    results, readme = (" ".join(p.read_text().split()) for p in (RESULTS_PAGE, ROOT / "README.md"))
+    assert f"within 1.5x in {within} of {total} mixer-settings" in results
+    assert f"within 1.5x in {within} of {total} mixer-settings" in readme
+    bullet = results[results.index(f"{within} of {total} mixer-settings"):][:800]
+    for (d, _, _), ratio in others.items():
+        assert f"{ratio:.2f}x" in bullet and f"d {d}" in bullet

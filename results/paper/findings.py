@@ -724,6 +724,31 @@ def decode_readings(points: pd.DataFrame, large: tuple = (1024, 16), small: tupl
     return "\n".join(lines)
 
 
+def _flat_ratios(pts: pd.DataFrame, short: int) -> tuple[dict, dict, int]:
+    """One setting's points: {fixed-state mixer: its time per token at the longest context
+    over its time at ``short``}, every label's points by context, and the longest context."""
+    by = {label: grp.set_index("context") for label, grp in pts.groupby("label")}
+    top = int(pts["context"].max())
+    ratios = {label: one.at[top, "ms_per_token"] / one.at[short, "ms_per_token"] for label, one in by.items()
+              if short in one.index and top in one.index
+              and one.at[short, "state_bytes"] == one.at[top, "state_bytes"]}
+    return ratios, by, top
+
+
+def decode_flat(points: pd.DataFrame, short: int = 1024, flat: float = 1.5) -> tuple[int, int, dict]:
+    """Over every setting (width, batch): how many fixed-state mixer-settings keep their time
+    per token within ``flat`` x from ``short`` to the longest context, of how many, and the
+    others' ratios, {(d_model, batch, label): ratio} (the sentence the docs write by hand)."""
+    within = total = 0
+    others = {}
+    for (d, b), pts in points.groupby(["d_model", "batch"]):
+        ratios, _, _ = _flat_ratios(pts, short)
+        total += len(ratios)
+        within += sum(r <= flat for r in ratios.values())
+        others.update({(int(d), int(b), label): r for label, r in ratios.items() if r > flat})
+    return within, total, others
+
+
 def decode_law(points: pd.DataFrame, short: int = 1024, flat: float = 1.5) -> str:
     """The decode benchmark against the law linear-time mixers are chosen for, per setting
     (width, batch), from the points that finished: a fixed-state mixer's time per token at
@@ -734,14 +759,9 @@ def decode_law(points: pd.DataFrame, short: int = 1024, flat: float = 1.5) -> st
     ``short`` to the longest context (``state_size`` from the code, not a list of names)."""
     lines = []
     for (d, b), pts in points.groupby(["d_model", "batch"]):
-        by = {label: grp.set_index("context") for label, grp in pts.groupby("label")}
-        top = int(pts["context"].max())
-        fixed, growing = [], []
-        for label, one in by.items():
-            if short in one.index and top in one.index:
-                same = one.at[short, "state_bytes"] == one.at[top, "state_bytes"]
-                (fixed if same else growing).append(label)
-        flat_ok = [m for m in fixed if by[m].at[top, "ms_per_token"] <= flat * by[m].at[short, "ms_per_token"]]
+        ratios, by, top = _flat_ratios(pts, short)
+        fixed = list(ratios)
+        flat_ok = [m for m in fixed if ratios[m] <= flat]
         verdict = [f"{len(flat_ok)} of {len(fixed)} fixed-state mixers within {flat}x" +
                    ("" if len(flat_ok) == len(fixed) else f" (not: {', '.join(sorted(set(fixed) - set(flat_ok)))})")]
         if "attention" in by:
