@@ -111,11 +111,12 @@ def test_lm_table_reads_a_pre_ln_model_against_pre_ln_attention():
 
 
 def test_precision_table_pairs_seeds_and_judges_the_change_against_the_fp32_spread():
-    def runs(label, values):
-        return [{"task": "wikitext2", "run_status": "ok", "label": label, "seed": s, "best_val_ppl": v}
-                for s, v in values.items()]
+    def runs(label, values, lr=1e-3):
+        return [{"task": "wikitext2", "run_status": "ok", "label": label, "seed": s, "best_val_ppl": v,
+                 "config.train.lr": lr} for s, v in values.items()]
+    # a's seed 0 also ran at 2e-3 (a bracket in the fp32 sweep): bf16 ran 1e-3 only, so it is not read
     fp32 = pd.DataFrame(runs("a", {0: 300.0, 1: 310.0, 2: 305.0}) + runs("b", {0: 280.0, 1: 281.0, 2: 282.0})
-                        + runs("c", {0: 290.0}) + runs("e", {0: 200.0, 1: 200.0}))
+                        + runs("c", {0: 290.0}) + runs("e", {0: 200.0, 1: 200.0}) + runs("a", {0: 250.0}, 2e-3))
     bf16 = pd.DataFrame(runs("a", {0: 303.0}) + runs("b", {0: 290.0, 1: 291.0}) + runs("d", {0: 100.0})
                         + runs("e", {0: 201.0}))
     lines = precision_table(bf16, fp32).splitlines()

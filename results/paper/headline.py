@@ -133,11 +133,13 @@ def _precision_rows(bf16: pd.DataFrame, fp32: pd.DataFrame, metric: str) -> list
     """Per model (best first under fp32; a model run in bf16 alone last): its ``metric``
     by seed in each precision, the seeds both ran, the mean change over those seeds and the
     fp32 seed sd, both on the log of the metric (None where there is nothing to read)."""
-    def ok(frame):  # {label: the metric by seed} (a seed run twice: their mean)
+    def ok(frame, rates=None):  # {label: the metric by seed} (a seed run twice: their mean)
         rows = frame[(frame["task"] == "wikitext2") & (frame["run_status"] == "ok")]
+        if rates is not None and "config.train.lr" in rows:  # fp32 at bf16's rates (its sweep holds a bracket)
+            rows = rows[rows["config.train.lr"].isin(rates)]
         return {label: grp.groupby("seed")[metric].mean() for label, grp in rows.groupby("label")}
 
-    low, high = ok(bf16), ok(fp32)
+    low, high = ok(bf16), ok(fp32, set(bf16.get("config.train.lr", [])))
     empty = pd.Series(dtype=float)
     rows = []
     for label in sorted({*high, *low}, key=lambda m: (m not in high, high.get(m, empty).mean(), m)):
