@@ -268,7 +268,7 @@ def test_page_faults_are_recorded_and_glibc_keeps_a_steps_large_temporaries(reco
 def test_the_targets_table_reads_each_fixed_state_mixer_against_attention_and_its_limits():
     import pandas as pd
 
-    from results.paper.findings import decode_targets
+    from results.paper.decoding import decode_targets
     rows = []
     for label, ms, state in (("attention", 0.2, None), ("gla", 0.1, 8), ("retnet", 0.3, 8)):
         for c in (1024, 4096):
@@ -299,7 +299,7 @@ def test_the_targets_table_reads_each_fixed_state_mixer_against_attention_and_it
 def test_the_decode_readings_are_read_from_the_points():
     import pandas as pd
 
-    from results.paper.findings import decode_readings
+    from results.paper.decoding import decode_readings
     rows = []
     for label, faults, state in (("attention", 300.0, None), ("gla", 0.01, 8)):
         for c in (0, 1024, 4096):

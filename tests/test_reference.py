@@ -303,7 +303,7 @@ def test_the_flat_decoding_sentence_counts_from_the_records():
     fixed-state mixer-settings the time per token stays within 1.5x from 1,024 tokens to the
     longest context, and the results page names each exception's ratio: both counted here
     from the decode_cpu records."""
-    from results.paper.findings import decode_flat
+    from results.paper.decoding import decode_flat
     from results.paper.headline import _decode_points
 
     points = _decode_points(records_frame(load_records(REFERENCE / "decode_cpu")))

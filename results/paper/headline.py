@@ -18,7 +18,8 @@ from ..report import mad_changes, markdown_table
 from ..stats import (at_best_lr, block_attention, bracket, gap_interval, mad_params, mad_runs, mad_scores, mad_totals,
                      position_curves,
                      published_mad_scores, read_published)
-from .findings import (decode_law, decode_readings, decode_targets, gap_placement, grid_bound, mad_agreement, mad_reach,
+from .decoding import decode_law, decode_readings, decode_targets
+from .findings import (gap_placement, grid_bound, mad_agreement, mad_reach,
                        mad_seeds, mqar_best, mqar_reach, point_text, published_gap_rows, reading_gaps, zoology_findings)
 from .readings import reading_verdicts
 from .snli import snli_table, snli_verdict
@@ -311,6 +312,7 @@ def _span(low_high) -> str:
 
 # table name: (the reference sweep whose records make it, how)
 TABLES = {"wikitext2_cpu": ("wikitext2_cpu", lm_table),
+          "wikitext2_cpu_bracket": ("wikitext2_cpu", lr_bracket),
           "mqar_cpu": ("mqar_cpu", mqar_table),
           "mqar_cpu_findings": ("mqar_cpu", zoology_findings),
           "mqar_cpu_reach": ("mqar_cpu", mqar_reach),
