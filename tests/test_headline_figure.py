@@ -71,8 +71,8 @@ def test_the_six_layer_readings_are_the_headline_numbers(drawn):
     shown = {label: (round(r.x, 1), None if math.isnan(r.lo) else (round(r.lo, 1), round(r.hi, 1)))
              for label, r in six.iterrows()}
     assert shown == {"grassmann": (22.3, (20.7, 23.9)), "grassmann gated_residual": (10.4, (9.5, 11.3)),
-                     "grassmann pre-LN": (-1.0, None)}  # against pre-LN attention's three seeds: no interval
-    assert six.loc["grassmann pre-LN", "seeds"] == 1 and "1 seed vs 3" in six.loc["grassmann pre-LN", "label"]
+                     "grassmann pre-LN": (0.0, (-6.7, 7.2))}  # against pre-LN attention's three seeds
+    assert six.loc["grassmann pre-LN", "seeds"] == 2 and "2 vs 3 seeds" in six.loc["grassmann pre-LN", "label"]
 
 
 def test_every_published_point_is_its_sources_ratio(drawn):
